@@ -1,0 +1,260 @@
+/*
+** lunaloop/loop.h: the loop, its clocks, and the three kinds of work it runs.
+**
+** Threads: every function here must be called from the loop thread (the
+** thread that drives frames), except luna_post, which any thread may call at
+** any time, and the pure helpers of timing.h/error.h. "Loop thread" is a
+** contract, not a check: the loop takes no locks.
+**
+** Each run of a timing does, in order (this is the whole scheduling model):
+**   1. move everything posted from other threads (luna_post) since the last
+**      run into the timing's continuation queue, keeping per-producer order;
+**   2. run the continuations queued for the timing (FIFO); a continuation
+**      queued for this timing while it drains runs at the timing's next run;
+**   3. fire the timers that are due, collected before any is called: frame
+**      waits first, then scaled, unscaled, realtime and fixed-clock timers;
+**      within a kind by deadline, ties in creation order; timers added during
+**      this run wait for the next run even if already due;
+**   4. run the repeating items in registration order; items added during the
+**      run start at the next run; removed items are compacted away in place.
+**
+** Callbacks may call any loop-thread function, including adding, cancelling
+** and removing work, but not luna_loop_frame / luna_loop_run / begin_frame /
+** reset / free (those return LUNA_ESTATE from inside a callback).
+*/
+#ifndef LUNALOOP_LOOP_H
+#define LUNALOOP_LOOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "export.h"
+#include "timing.h"
+
+LUNA_BEGIN_DECLS
+
+typedef struct luna_loop luna_loop;
+
+/* Allocator with the contract of lua_Alloc: nsize == 0 frees ptr and returns
+   NULL; otherwise it (re)allocates ptr from osize to nsize bytes (ptr may be
+   NULL) and returns NULL on failure, leaving ptr untouched. */
+typedef void *(*luna_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
+
+/* A monotonic time source in nanoseconds (any origin). Called on the loop
+   thread only. */
+typedef luna_ns (*luna_time_fn)(void *ud);
+
+/* Host hook: called by luna_loop_frame after each first timing of a phase has
+   run and before its Last partner runs, with `timing` the first timing (even
+   value). This is where the host plays its own work for the phase. */
+typedef void (*luna_hook_fn)(luna_loop *loop, luna_timing timing, void *ud);
+
+/* Events delivered to listeners (luna_loop_add_listener). */
+typedef enum luna_event {
+  LUNA_EVENT_RESET = 1, /* luna_loop_reset began: cancel what you own */
+  LUNA_EVENT_FREE = 2   /* luna_loop_free began: cancel and forget the loop */
+} luna_event;
+typedef void (*luna_listener_fn)(luna_loop *loop, luna_event event, void *ud);
+
+/* Configuration. A zero field means "the default", so `{0}` is valid. */
+typedef struct luna_config {
+  luna_ns fixed_dt_ns;   /* fixed step length; 0: 20 ms (50 Hz) */
+  int max_fixed_steps;   /* cap of fixed steps per frame; 0: 8 */
+  luna_alloc_fn alloc;   /* NULL: the C library's realloc/free */
+  void *alloc_ud;
+  luna_time_fn realtime; /* NULL: CLOCK_MONOTONIC */
+  void *realtime_ud;
+  luna_hook_fn hook;     /* NULL: no host hook */
+  void *hook_ud;
+} luna_config;
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+/* Creates a loop. `config` may be NULL (all defaults). On success stores the
+   loop in *out and returns 0; returns LUNA_EINVAL for a negative fixed_dt_ns
+   or max_fixed_steps, LUNA_ENOMEM when allocation fails. The loop's thread is
+   the thread that drives it; it may change only while no call is in progress. */
+LUNA_API int luna_loop_new(const luna_config *config, luna_loop **out);
+
+/* Tells listeners (LUNA_EVENT_FREE), then frees the loop and everything queued
+   on it without calling it. Posts still in the inbox are discarded: stop the
+   producers and run the loop until they are delivered before freeing. NULL is
+   ignored. Not from inside a callback. */
+LUNA_API void luna_loop_free(luna_loop *loop);
+
+/* Cancels and drops everything registered on the loop thread: listeners get
+   LUNA_EVENT_RESET first (the Lua binding cancels its tasks there, running
+   their to-be-closed variables), then every continuation, timer and item is
+   dropped without being called. Cross-thread posts are kept and delivered at
+   their timing's next run, since their arguments often own memory only their
+   callback frees. Clocks and the frame counter keep going. Returns 0, or
+   LUNA_ESTATE from inside a callback. */
+LUNA_API int luna_loop_reset(luna_loop *loop);
+
+/* Registers a listener for reset/free; 0 or LUNA_ENOMEM. */
+LUNA_API int luna_loop_add_listener(luna_loop *loop, luna_listener_fn fn, void *ud);
+/* Removes the first listener registered with this fn and ud; 0 or LUNA_ENOENT. */
+LUNA_API int luna_loop_remove_listener(luna_loop *loop, luna_listener_fn fn, void *ud);
+
+/* ---- driving the frame --------------------------------------------------- */
+
+/* The convenience driver: luna_loop_begin_frame(dt), then the 16 timings in
+   order, the host hook between each first timing and its Last partner. The
+   FixedUpdate/LastFixedUpdate pair runs once per fixed step due (see
+   luna_loop_fixed_steps). dt is in seconds, >= 0 and finite (LUNA_EINVAL
+   otherwise). Returns 0; LUNA_ESTOPPED when luna_loop_stop was called during
+   the frame (the remaining timings were skipped, nothing was dropped);
+   LUNA_ESTATE from inside a callback. */
+LUNA_API int luna_loop_frame(luna_loop *loop, double dt_seconds);
+LUNA_API int luna_loop_frame_ns(luna_loop *loop, luna_ns dt);
+
+/* Starts a frame for hosts with their own phases: frame counter + 1, the
+   unscaled clock += dt, the scaled clock += round(dt * time_scale), and the
+   fixed-step accumulator += round(dt * time_scale); the number of fixed steps
+   due is then floor(accumulator / fixed_dt), capped at max_fixed_steps (time
+   beyond the cap is dropped and counted, so a slow frame cannot start a
+   spiral of death). 0, LUNA_EINVAL for a bad dt, LUNA_ESTATE in a callback. */
+LUNA_API int luna_loop_begin_frame(luna_loop *loop, double dt_seconds);
+LUNA_API int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt);
+
+/* Runs one timing now (steps 1-4 above). Running LUNA_FIXED_UPDATE starts a
+   fixed step: the fixed clock advances by fixed_dt, one step due is consumed
+   (if any), and delta time reads fixed_dt until LUNA_LAST_FIXED_UPDATE has run.
+   Timings the host never runs simply never fire. Returns 0, LUNA_EINVAL for an
+   out-of-range timing, LUNA_ESTATE from inside a callback, LUNA_ESTOPPED when
+   luna_loop_stop was called during the run (entries not yet run stay queued). */
+LUNA_API int luna_loop_run(luna_loop *loop, luna_timing timing);
+
+/* Asks the running luna_loop_run / luna_loop_frame to return after the current
+   callback; what was not run stays queued for the next run. Outside a run it
+   does nothing. Loop thread. */
+LUNA_API void luna_loop_stop(luna_loop *loop);
+
+/* Fixed steps still due in this frame (set by begin_frame, decremented by
+   each run of LUNA_FIXED_UPDATE). */
+LUNA_API int luna_loop_fixed_steps(const luna_loop *loop);
+
+/* ---- clocks ---------------------------------------------------------------- */
+
+/* Frames begun since the loop was created (0 before the first frame). */
+LUNA_API uint64_t luna_loop_frame_count(const luna_loop *loop);
+
+/* The clock's current value in ns since the loop was created. The realtime
+   clock reads its source now. 0 for an unknown clock. */
+LUNA_API luna_ns luna_loop_time(luna_loop *loop, luna_clock clock);
+
+/* Delta time in ns: fixed_dt inside a fixed step (from the start of a
+   FixedUpdate run to the end of its LastFixedUpdate), otherwise the scaled
+   delta of the current frame. */
+LUNA_API luna_ns luna_loop_delta(const luna_loop *loop);
+/* The unscaled delta of the current frame in ns. */
+LUNA_API luna_ns luna_loop_unscaled_delta(const luna_loop *loop);
+
+/* Time scale (>= 0, finite; default 1). The change applies from the next
+   frame's clock advance. 0 or LUNA_EINVAL. */
+LUNA_API int luna_loop_set_time_scale(luna_loop *loop, double scale);
+LUNA_API double luna_loop_time_scale(const luna_loop *loop);
+
+/* The fixed step length in ns (> 0; LUNA_EINVAL otherwise). */
+LUNA_API int luna_loop_set_fixed_dt(luna_loop *loop, luna_ns fixed_dt);
+LUNA_API luna_ns luna_loop_fixed_dt(const luna_loop *loop);
+
+/* Replaces the realtime source (NULL restores CLOCK_MONOTONIC). The realtime
+   clock keeps reading 0 at the moment of the switch and advances with the
+   new source from there. Returns 0. */
+LUNA_API int luna_loop_set_realtime_source(luna_loop *loop, luna_time_fn fn, void *ud);
+
+/* The timing running now, or -1 outside any run. */
+LUNA_API int luna_loop_current_timing(const luna_loop *loop);
+
+/* Counters for introspection and tests. */
+typedef struct luna_loop_stats {
+  uint64_t frames;               /* frames begun */
+  uint64_t fixed_steps;          /* fixed steps run */
+  uint64_t dropped_fixed_steps;  /* steps dropped by the max_fixed_steps cap */
+  luna_ns dropped_fixed_ns;      /* scaled time dropped with them */
+  size_t queued[LUNA_TIMING_COUNT]; /* continuations waiting per timing */
+  size_t timers[LUNA_TIMING_COUNT]; /* timers pending per timing */
+  size_t items[LUNA_TIMING_COUNT];  /* repeating items per timing */
+  uint64_t posts_allocated;      /* posts that needed the allocator (pool empty) */
+} luna_loop_stats;
+LUNA_API void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out);
+
+/* ---- one-shot continuations --------------------------------------------- */
+
+/* A one-shot callback. `loop` is the loop running it. */
+typedef void (*luna_fn)(luna_loop *loop, void *arg);
+
+/* Queues fn(arg) to run once at the next run of `timing` (loop thread only;
+   takes no lock and allocates only when the queue's array grows). Queued from
+   inside the same timing's run, it runs at that timing's next run, never in
+   the same drain. 0, LUNA_EINVAL (NULL fn, bad timing), LUNA_ENOMEM; on error
+   fn never runs. */
+LUNA_API int luna_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg);
+
+/* Removes every queued continuation (not cross-thread posts) for which
+   match(fn, arg, ud) is true, keeping the others in order. Used by owners of
+   `arg` memory that is going away (a closing Lua state). Returns how many were
+   removed. Loop thread, not from inside that timing's drain of the queue. */
+typedef bool (*luna_match_fn)(luna_fn fn, void *arg, void *ud);
+LUNA_API size_t luna_purge(luna_loop *loop, luna_match_fn match, void *ud);
+
+/* Posts fn(arg) to run once at the next run of `timing`. ANY thread, at any
+   time, lock-free; posts from one thread run in the order posted. Nodes come
+   from a pool of 1024 and then from the allocator, so a post is never
+   dropped. 0, LUNA_EINVAL (NULL loop or fn, bad timing), LUNA_ENOMEM when the
+   allocator fails (fn never runs then). The loop must outlive the call. */
+LUNA_API int luna_post(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg);
+
+/* ---- timers -------------------------------------------------------------- */
+
+/* A handle: slot index and generation, so a stale handle is an error, not a
+   crash. {0} is never a valid handle. */
+typedef struct luna_timer_id { uint64_t id; } luna_timer_id;
+
+/* What a timer's deadline is measured on. Frame waits compare against the
+   frame counter; the others against the clock of the same number. */
+typedef enum luna_timer_kind {
+  LUNA_TIMER_FRAME = 0,
+  LUNA_TIMER_SCALED = 1,
+  LUNA_TIMER_UNSCALED = 2,
+  LUNA_TIMER_REALTIME = 3,
+  LUNA_TIMER_FIXED = 4,
+  LUNA_TIMER_KIND_COUNT = 5
+} luna_timer_kind;
+
+/* Calls fn(arg) once at the first run of `timing` at which the kind's clock
+   (frame counter for LUNA_TIMER_FRAME) reads >= deadline (absolute; clamped to
+   LUNA_NS_MAX). Cost per run grows with the timers that fire, not with those
+   pending. *out (may be NULL) receives the handle. 0, LUNA_EINVAL, LUNA_ENOMEM. */
+LUNA_API int luna_timer_add(luna_loop *loop, luna_timing timing, luna_timer_kind kind,
+                            int64_t deadline, luna_fn fn, void *arg, luna_timer_id *out);
+
+/* Cancels a pending timer, also one collected as due in the current run but
+   not yet called: fn will not run. 0, or LUNA_ENOENT when it already fired or
+   was cancelled. */
+LUNA_API int luna_timer_cancel(luna_loop *loop, luna_timer_id id);
+
+/* ---- repeating items ------------------------------------------------------- */
+
+typedef struct luna_item_id { uint64_t id; } luna_item_id;
+
+/* A repeating item: called at each run of its timing; returns true to keep
+   running, false to be removed. An item that fails should report its own
+   error and return false. */
+typedef bool (*luna_step_fn)(luna_loop *loop, void *arg);
+
+/* Registers step(arg) for every run of `timing`, after the items already
+   registered there. Added during a run of that timing, it starts at the next
+   run. 0, LUNA_EINVAL, LUNA_ENOMEM. */
+LUNA_API int luna_item_add(luna_loop *loop, luna_timing timing, luna_step_fn step,
+                           void *arg, luna_item_id *out);
+
+/* Removes an item; safe from inside any callback, including its own step
+   (it is only marked then, and never called again). 0 or LUNA_ENOENT. */
+LUNA_API int luna_item_remove(luna_loop *loop, luna_item_id id);
+
+LUNA_END_DECLS
+
+#endif

@@ -1,0 +1,76 @@
+/*
+** lunaloop_lua.h: the Lua 5.4 binding. Lua coroutines become tasks that await
+** yields, frame counts, delays and predicates at a chosen timing of a loop.
+**
+** Threads: every function here is for the loop thread, the thread that
+** drives the loop and owns the Lua state, except luna_lua_interrupt.
+**
+** Lifetimes: a Task is a Lua value; it stays alive while it is not settled
+** (the binding holds it) and is collected like any value afterwards.
+*/
+#ifndef LUNALOOP_LUA_H
+#define LUNALOOP_LUA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <lua.h>
+
+#include "lunaloop.h"
+
+LUNA_BEGIN_DECLS
+
+/* The module opener: what `require "lunaloop"` calls. Returns the module
+   table (the same table on every call for one state). If no loop was attached
+   to the state with luna_lua_attach, it creates one owned by the state (freed
+   when the state closes) with a default configuration. */
+LUNA_API int luaopen_lunaloop(lua_State *L);
+
+/* Attaches `loop` to the state L, so that its tasks run on that loop, and
+   registers the module in package.loaded["lunaloop"] (not as a global).
+   Several states may share one loop. The loop is not owned: free it after
+   closing the state, or before (then the state's tasks are cancelled at
+   luna_loop_free and the module raises "loop was freed" afterwards).
+   Closing the state cancels its tasks first (to-be-closed variables run) and
+   removes everything it queued on the loop. Returns 0, LUNA_EINVAL for NULL
+   arguments, LUNA_ESTATE if the state already has a loop, LUNA_ENOMEM. */
+LUNA_API int luna_lua_attach(lua_State *L, luna_loop *loop);
+
+/* The loop of L's binding, or NULL when the module was not opened/attached. */
+LUNA_API luna_loop *luna_lua_loop(lua_State *L);
+
+/* Spawns a task from the function below `nargs` arguments on top of L's
+   stack, like task.spawn: it runs now until its first await. Pops the
+   function and arguments and pushes the Task. `name` (may be NULL) names the
+   task in reports ("main" for a script's main chunk). Returns 0;
+   LUNA_EINVAL (nothing popped) when the value is not a function or there is
+   no binding; LUNA_ESTATE from inside a task's resume. */
+LUNA_API int luna_lua_spawn(lua_State *L, int nargs, const char *name);
+
+/* Tasks alive (created and not yet settled) in L. */
+LUNA_API size_t luna_lua_task_count(lua_State *L);
+
+/* Per-tick and periodic callbacks (task.on, task.every) registered in L. */
+LUNA_API size_t luna_lua_callback_count(lua_State *L);
+
+/* Errors reported so far in L (by the default handler or by task.on_error's
+   handler; cancellations are never reported). */
+LUNA_API uint64_t luna_lua_error_count(lua_State *L);
+
+/* True when a script called task.exit([code]); *code (may be NULL) gets the
+   code it asked for, or -1 when it gave none. */
+LUNA_API bool luna_lua_exit_requested(lua_State *L, int *code);
+
+/* Cancels every task of L in creation order (their to-be-closed variables
+   run) and removes its callbacks. Returns how many tasks were cancelled. */
+LUNA_API size_t luna_lua_cancel_all(lua_State *L);
+
+/* Async-signal-safe: makes the task, callback or predicate that the binding
+   is running now (in any state of this process) raise "interrupted" at its
+   next instruction, so a runaway script can be stopped from a SIGINT handler.
+   Does nothing when the binding runs no Lua code. */
+LUNA_API void luna_lua_interrupt(void);
+
+LUNA_END_DECLS
+
+#endif
