@@ -1,0 +1,112 @@
+/*
+** cli.h: what the files of the lunaloop program share. The program is a thin
+** host: it parses options, drives a luna_loop frame by frame and lets the Lua
+** binding do the scheduling. Nothing here is public API.
+*/
+#ifndef LUNA_CLI_H
+#define LUNA_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "lunaloop.h"
+
+/* Exit statuses of the program (DESIGN.md §5). task.exit(code) may give any
+   other code. */
+enum {
+  LUNA_EXIT_OK = 0,          /* everything finished, no error reported */
+  LUNA_EXIT_ERROR = 1,       /* a task error was reported */
+  LUNA_EXIT_USAGE = 2,       /* usage error, or the script failed to load */
+  LUNA_EXIT_INTERRUPTED = 130 /* Ctrl-C: 128 + SIGINT, as shells report it */
+};
+
+/* The program name used in every message. */
+#define LUNA_PROGNAME "lunaloop"
+
+/* ---- main.c ---------------------------------------------------------------- */
+
+/* Prints the usage text (all commands and the options of `run`) to `out`. */
+void luna__cli_usage(FILE *out);
+
+/* Prints "lunaloop: <message>" and a hint to --help on stderr and returns
+   LUNA_EXIT_USAGE, so callers can `return luna__cli_usage_error(...)`. */
+int luna__cli_usage_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* ---- options.c: the options of `lunaloop run` ---------------------------- */
+
+typedef struct luna_run_options {
+  bool fast;              /* virtual time: frames back to back, dt = 1/hz */
+  luna_ns frame_dt_ns;    /* round(1e9 / hz): the frame period */
+  luna_ns fixed_dt_ns;    /* round(1e9 / fixed_hz): the fixed step */
+  bool has_frames;        /* --frames given */
+  uint64_t frames;        /* stop after this many frames */
+  double time_scale;      /* initial time scale, >= 0 */
+  bool has_seed;          /* --seed given: call math.randomseed(seed) */
+  long long seed;
+  int script;             /* index of SCRIPT in the argv given to the parser */
+} luna_run_options;
+
+/* Parses the options of `run` from argv[1..argc-1] (argv[0] is the word
+   "run") into *opts. Returns -1 when the run should go on, or the exit status
+   to end with at once: 0 after --help, LUNA_EXIT_USAGE after a usage error
+   (already reported on stderr). */
+int luna__run_parse_options(int argc, char **argv, luna_run_options *opts);
+
+/* ---- run.c ------------------------------------------------------------------- */
+
+/* `lunaloop run [options] SCRIPT [ARGS...]`. argv[first] is the word "run";
+   the words before it become the negative indices of the global `arg`.
+   Returns the exit status. */
+int luna__cli_run(int argc, char **argv, int first);
+
+/* ---- script.c: the Lua state a script runs in ------------------------------- */
+
+struct lua_State;
+
+/* Prepares L for a script: the global `task` (require "lunaloop"), the
+   global `arg` as the stock `lua` sets it (arg[0] = argv[script]), the
+   --seed, then loads the script and pushes the chunk followed by its
+   arguments (argv[script+1..argc-1]). Returns how many arguments were pushed
+   after the chunk, or -1 after printing the error on stderr; *status then
+   holds the exit status (LUNA_EXIT_USAGE for a script that fails to load). */
+int luna__script_prepare(struct lua_State *L, const luna_run_options *opts,
+                         int argc, char **argv, int script, int *status);
+
+/* ---- pacing.c: real-time frame pacing ------------------------------------- */
+
+/* Paces frames on CLOCK_MONOTONIC. Frame k is due at start + k * period, so
+   short hiccups do not change the average rate; after falling behind by more
+   than a period the schedule restarts from now instead of bursting frames. */
+typedef struct luna_pacer {
+  luna_ns period; /* frame period in ns, > 0 */
+  luna_ns last;   /* when the previous frame began (or the pacer started) */
+  luna_ns next;   /* when the next frame is due */
+} luna_pacer;
+
+/* Starts pacing now with the given period in ns. */
+void luna__pacer_start(luna_pacer *p, luna_ns period);
+
+/* Sleeps until the next frame is due and returns the measured dt in ns since
+   the previous frame. Returns -1 when a signal interrupted the sleep (the
+   deadline is kept; call again to go on waiting). */
+luna_ns luna__pacer_wait(luna_pacer *p);
+
+/* ---- signals.c: Ctrl-C ---------------------------------------------------- */
+
+/* Installs the SIGINT handler: the first Ctrl-C sets the interrupted flag,
+   stops the Lua code running now (luna_lua_interrupt) and restores the
+   default action, so a second Ctrl-C kills the process at once. */
+void luna__signals_install(void);
+
+/* Restores the SIGINT action that was in place before install. */
+void luna__signals_restore(void);
+
+/* True once Ctrl-C was pressed. */
+bool luna__interrupted(void);
+
+#endif

@@ -1,0 +1,131 @@
+/*
+** options.c: the options of `lunaloop run` (DESIGN.md §5), parsed with
+** getopt_long, and the checked number parsing they need. Every bad value is
+** a usage error that names the option and what it expected.
+*/
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+enum {
+  OPT_FAST = 256, /* long-only options start past every char value */
+  OPT_HZ,
+  OPT_FIXED_HZ,
+  OPT_FRAMES,
+  OPT_TIME_SCALE,
+  OPT_SEED
+};
+
+static const struct option long_options[] = {
+  {"fast", no_argument, NULL, OPT_FAST},
+  {"hz", required_argument, NULL, OPT_HZ},
+  {"fixed-hz", required_argument, NULL, OPT_FIXED_HZ},
+  {"frames", required_argument, NULL, OPT_FRAMES},
+  {"time-scale", required_argument, NULL, OPT_TIME_SCALE},
+  {"seed", required_argument, NULL, OPT_SEED},
+  {"help", no_argument, NULL, 'h'},
+  {NULL, 0, NULL, 0}
+};
+
+/* Parses a whole string as a finite double. */
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+    return false;
+  *out = v;
+  return true;
+}
+
+/* A rate in Hz becomes a period in ns, rounded to nearest (60 Hz:
+   16,666,667 ns). A rate so high that the period rounds to 0 is refused. */
+static bool parse_rate(const char *s, luna_ns *period) {
+  double hz;
+  if (!parse_double(s, &hz) || hz <= 0)
+    return false;
+  double ns = round(1e9 / hz);
+  if (ns < 1 || ns > (double)LUNA_NS_MAX)
+    return false;
+  *period = (luna_ns)ns;
+  return true;
+}
+
+/* Parses a whole string as a decimal integer; `is_signed` allows a '-'. */
+static bool parse_integer(const char *s, bool is_signed, long long *out) {
+  char *end;
+  if (!is_signed && strchr(s, '-') != NULL)
+    return false; /* strtoull would wrap "-1" around */
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end != '\0' || errno == ERANGE)
+    return false;
+  *out = v;
+  return true;
+}
+
+static int bad_value(const char *option, const char *value, const char *expected) {
+  return luna__cli_usage_error("bad value '%s' for --%s (expected %s)", value, option,
+                               expected);
+}
+
+int luna__run_parse_options(int argc, char **argv, luna_run_options *opts) {
+  long long n;
+  int c, index;
+  memset(opts, 0, sizeof *opts);
+  opts->frame_dt_ns = 16666667; /* round(1e9 / 60) */
+  opts->fixed_dt_ns = 20000000; /* 1e9 / 50 */
+  opts->time_scale = 1.0;
+  /* Reset getopt for a new argv: 0 re-initializes glibc's and musl's state.
+     '+' stops at SCRIPT so that the script's own options stay its own. */
+  optind = 0;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "+:h", long_options, &index)) != -1) {
+    const char *name = (c >= OPT_FAST) ? long_options[index].name : NULL;
+    switch (c) {
+    case 'h':
+      luna__cli_usage(stdout);
+      return LUNA_EXIT_OK;
+    case OPT_FAST:
+      opts->fast = true;
+      break;
+    case OPT_HZ:
+      if (!parse_rate(optarg, &opts->frame_dt_ns))
+        return bad_value(name, optarg, "a positive number");
+      break;
+    case OPT_FIXED_HZ:
+      if (!parse_rate(optarg, &opts->fixed_dt_ns))
+        return bad_value(name, optarg, "a positive number");
+      break;
+    case OPT_FRAMES:
+      if (!parse_integer(optarg, false, &n))
+        return bad_value(name, optarg, "a whole number >= 0");
+      opts->has_frames = true;
+      opts->frames = (uint64_t)n;
+      break;
+    case OPT_TIME_SCALE:
+      if (!parse_double(optarg, &opts->time_scale) || opts->time_scale < 0)
+        return bad_value(name, optarg, "a number >= 0");
+      break;
+    case OPT_SEED:
+      if (!parse_integer(optarg, true, &opts->seed))
+        return bad_value(name, optarg, "an integer");
+      opts->has_seed = true;
+      break;
+    case ':':
+      return luna__cli_usage_error("option '%s' needs a value", argv[optind - 1]);
+    default:
+      if (optopt != 0 && optopt < 256) /* an unknown short option, maybe in a cluster */
+        return luna__cli_usage_error("unknown option '-%c'", optopt);
+      return luna__cli_usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind >= argc)
+    return luna__cli_usage_error("run: missing SCRIPT");
+  opts->script = optind;
+  return -1;
+}

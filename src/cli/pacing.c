@@ -1,0 +1,43 @@
+/*
+** pacing.c: real-time frame pacing for `lunaloop run` without --fast. Frames
+** are due on a fixed grid of CLOCK_MONOTONIC (start + k * period) and the
+** loop sleeps to each deadline with clock_nanosleep(TIMER_ABSTIME), so sleep
+** overshoot does not accumulate as drift; dt is what was measured.
+*/
+#include <errno.h>
+#include <time.h>
+
+#include "cli.h"
+
+static luna_ns monotonic_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (luna_ns)ts.tv_sec * LUNA_NS_PER_SECOND + ts.tv_nsec;
+}
+
+void luna__pacer_start(luna_pacer *p, luna_ns period) {
+  p->period = period;
+  p->last = monotonic_now();
+  p->next = p->last + period;
+}
+
+luna_ns luna__pacer_wait(luna_pacer *p) {
+  struct timespec due = {
+    .tv_sec = (time_t)(p->next / LUNA_NS_PER_SECOND),
+    .tv_nsec = (long)(p->next % LUNA_NS_PER_SECOND),
+  };
+  /* clock_nanosleep returns the error instead of setting errno. A deadline
+     already past returns at once. */
+  if (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL) == EINTR)
+    return -1;
+  luna_ns now = monotonic_now();
+  luna_ns dt = now - p->last;
+  p->last = now;
+  p->next += p->period;
+  /* More than a whole period late (a slow frame, a stopped process): start
+     the grid again from now rather than running frames back to back to catch
+     up. The loop's max_fixed_steps already bounds the fixed work of a long dt. */
+  if (p->next <= now)
+    p->next = now + p->period;
+  return dt;
+}

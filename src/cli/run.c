@@ -1,0 +1,145 @@
+/*
+** run.c: `lunaloop run [options] SCRIPT [ARGS...]` (DESIGN.md §5, §6).
+**
+** The order of a run:
+**   1. a loop (fixed_dt from --fixed-hz, time scale from --time-scale; under
+**      --fast a realtime source that reads the unscaled clock, so that runs
+**      are repeatable) and a Lua state attached to it;
+**   2. the main chunk starts as the task "main" before the first frame, so
+**      frame() is 0 there and it may await at top level;
+**   3. frames, each preceded by the stop checks: Ctrl-C, task.exit, nothing
+**      alive (no task and no task.on/every callback), --frames reached;
+**   4. the remaining tasks are cancelled in creation order (to-be-closed
+**      variables run), the state is closed and the loop freed.
+*/
+#include <stdio.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "cli.h"
+#include "lunaloop_lua.h"
+
+/* The realtime source under --fast: the realtime clock advances with the
+   unscaled dt instead of the wall clock, so two runs see the same times. */
+static luna_ns virtual_realtime(void *ud) {
+  return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
+}
+
+/* Why the frame loop ended. */
+typedef enum stop_reason {
+  STOP_FINISHED,  /* nothing alive, task.exit, or --frames reached */
+  STOP_INTERRUPTED,
+  STOP_FAILED     /* the loop refused a frame (a bug; reported) */
+} stop_reason;
+
+/* True while something can still happen: a task not settled, or a per-tick
+   or periodic callback that will run again. */
+static bool anything_alive(lua_State *L) {
+  return luna_lua_task_count(L) + luna_lua_callback_count(L) > 0;
+}
+
+/* Drives frames until a stop condition holds. The checks come before every
+   frame, including the first, so a script whose main chunk never awaits
+   runs no frame at all. */
+static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *o) {
+  luna_pacer pacer;
+  uint64_t frames = 0;
+  if (!o->fast)
+    luna__pacer_start(&pacer, o->frame_dt_ns);
+  for (;;) {
+    if (luna__interrupted())
+      return STOP_INTERRUPTED;
+    if (luna_lua_exit_requested(L, NULL) || !anything_alive(L))
+      return STOP_FINISHED;
+    if (o->has_frames && frames >= o->frames)
+      return STOP_FINISHED;
+    luna_ns dt = o->frame_dt_ns;
+    if (!o->fast && (dt = luna__pacer_wait(&pacer)) < 0)
+      continue; /* a signal cut the sleep short: check again */
+    /* LUNA_ESTOPPED means task.exit stopped the frame: the checks above see
+       the request. */
+    int rc = luna_loop_frame_ns(loop, dt);
+    if (rc < 0 && rc != LUNA_ESTOPPED) {
+      fprintf(stderr, LUNA_PROGNAME ": frame %llu failed: %s\n",
+              (unsigned long long)luna_loop_frame_count(loop), luna_strerror(rc));
+      return STOP_FAILED;
+    }
+    frames++;
+  }
+}
+
+/* The exit status once every task was cancelled: task.exit's code when it
+   gave one, else 1 when any error was reported, else 0. */
+static int exit_status(lua_State *L, stop_reason why) {
+  int code = -1;
+  if (why == STOP_INTERRUPTED || luna__interrupted())
+    return LUNA_EXIT_INTERRUPTED;
+  if (why == STOP_FAILED)
+    return LUNA_EXIT_ERROR;
+  if (luna_lua_exit_requested(L, &code) && code >= 0)
+    return code;
+  return luna_lua_error_count(L) > 0 ? LUNA_EXIT_ERROR : LUNA_EXIT_OK;
+}
+
+/* Runs the script in a prepared loop and state; returns the exit status. */
+static int run_script(lua_State *L, luna_loop *loop, const luna_run_options *o,
+                      int argc, char **argv, int script) {
+  int status = LUNA_EXIT_OK;
+  int nargs = luna__script_prepare(L, o, argc, argv, script, &status);
+  if (nargs < 0)
+    return status;
+  /* From here on Ctrl-C stops the script instead of the process, so even a
+     main chunk that never yields can be interrupted cleanly. */
+  luna__signals_install();
+  int rc = luna_lua_spawn(L, nargs, "main");
+  stop_reason why = STOP_FAILED;
+  if (rc < 0) {
+    fprintf(stderr, LUNA_PROGNAME ": cannot start the script: %s\n", luna_strerror(rc));
+  } else {
+    lua_pop(L, 1); /* the Task: the binding keeps it while it is alive */
+    why = drive(L, loop, o);
+  }
+  luna_lua_cancel_all(L);
+  status = exit_status(L, why);
+  luna__signals_restore();
+  return status;
+}
+
+int luna__cli_run(int argc, char **argv, int first) {
+  luna_run_options o;
+  int status = luna__run_parse_options(argc - first, argv + first, &o);
+  if (status >= 0)
+    return status;
+
+  luna_config config = {0};
+  config.fixed_dt_ns = o.fixed_dt_ns;
+  luna_loop *loop = NULL;
+  int rc = luna_loop_new(&config, &loop);
+  if (rc < 0) {
+    fprintf(stderr, LUNA_PROGNAME ": cannot create the loop: %s\n", luna_strerror(rc));
+    return LUNA_EXIT_ERROR;
+  }
+  luna_loop_set_time_scale(loop, o.time_scale); /* checked by the parser */
+  if (o.fast)
+    luna_loop_set_realtime_source(loop, virtual_realtime, loop);
+
+  lua_State *L = luaL_newstate();
+  if (L == NULL) {
+    fprintf(stderr, LUNA_PROGNAME ": cannot create the Lua state: not enough memory\n");
+    luna_loop_free(loop);
+    return LUNA_EXIT_ERROR;
+  }
+  luaL_openlibs(L);
+  rc = luna_lua_attach(L, loop);
+  if (rc < 0) {
+    fprintf(stderr, LUNA_PROGNAME ": cannot attach the loop: %s\n", luna_strerror(rc));
+    status = LUNA_EXIT_ERROR;
+  } else {
+    status = run_script(L, loop, &o, argc, argv, first + o.script);
+  }
+  lua_close(L);
+  luna_loop_free(loop);
+  return status;
+}
