@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# tests/cli/cli_test.sh LUNALOOP CASE: one behaviour of the lunaloop program
+# (DESIGN.md §5, §6). Each `case_NAME` function below is registered by
+# CMakeLists.txt as the ctest test cli.NAME; add a function to add a test.
+set -euo pipefail
+
+LUNALOOP=$1
+CASE=$2
+S=$(cd "$(dirname "${BASH_SOURCE[0]}")/scripts" && pwd)
+OUT=$(mktemp)
+ERR=$(mktemp)
+trap 'rm -f "$OUT" "$ERR" "$OUT.2"' EXIT
+
+# ll ARGS...: runs lunaloop with stdout and stderr captured in $OUT and $ERR
+# and its exit status in $status.
+ll() {
+  status=0
+  "$LUNALOOP" "$@" >"$OUT" 2>"$ERR" </dev/null || status=$?
+}
+
+fail() {
+  echo "FAIL cli.$CASE: $*"
+  echo "--- stdout"
+  cat "$OUT"
+  echo "--- stderr"
+  cat "$ERR"
+  exit 1
+}
+
+expect_status() {
+  [ "$status" -eq "$1" ] || fail "exit status $status, expected $1"
+}
+
+# expect_stdout LINE...: stdout is exactly these lines.
+expect_stdout() {
+  diff -u <(printf '%s\n' "$@") "$OUT" >&2 || fail "stdout is not as expected"
+}
+
+# expect_out/expect_err REGEX: some line of stdout/stderr matches.
+expect_out() { grep -qE -- "$1" "$OUT" || fail "stdout has no line matching /$1/"; }
+expect_err() { grep -qE -- "$1" "$ERR" || fail "stderr has no line matching /$1/"; }
+
+T=$'\t'
+
+case_help() {
+  ll --help
+  expect_status 0
+  for word in 'run \[options\] SCRIPT' repl mods --fast --hz --fixed-hz --frames --time-scale --seed; do
+    expect_out "$word"
+  done
+  ll -h
+  expect_status 0
+  ll run --help
+  expect_status 0
+  expect_out '--time-scale'
+}
+
+case_version() {
+  ll --version
+  expect_status 0
+  expect_out '^lunaloop [0-9]+\.[0-9]+\.[0-9]+ \(Lua 5\.4\.[0-9]+\)$'
+}
+
+case_usage_errors() {
+  ll
+  expect_status 2
+  ll run
+  expect_status 2
+  expect_err '^lunaloop: .*missing SCRIPT'
+  expect_err '--help'
+  ll run --bogus "$S/ok.lua"
+  expect_status 2
+  expect_err "^lunaloop: unknown option '--bogus'$"
+  expect_err '--help'
+  ll run -x "$S/ok.lua"
+  expect_status 2
+  expect_err "unknown option '-x'"
+  ll --bogus
+  expect_status 2
+  ll frobnicate
+  expect_status 2
+  expect_err "^lunaloop: unknown command 'frobnicate'$"
+  ll run --hz
+  expect_status 2
+  expect_err "needs a value"
+  local bad
+  for bad in "--hz abc" "--hz 0" "--hz -60" "--fixed-hz 0" "--frames -1" "--frames 1.5" \
+             "--time-scale -1" "--time-scale nan" "--seed x"; do
+    # shellcheck disable=SC2086 # the option and its value are two words
+    ll run $bad "$S/ok.lua"
+    expect_status 2
+    expect_err "^lunaloop: bad value"
+  done
+  # No final period, lowercase start: the project's message style.
+  if grep -E '^lunaloop: .*\.$' "$ERR" >/dev/null; then fail "message ends with a period"; fi
+}
+
+case_not_yet() {
+  ll repl
+  expect_status 2
+  expect_err "^lunaloop: 'repl' is not available yet$"
+  ll mods somewhere
+  expect_status 2
+  expect_err "^lunaloop: 'mods' is not available yet$"
+}
+
+case_syntax_error() {
+  ll run "$S/syntax_error.lua"
+  expect_status 2
+  expect_err '^lunaloop: .*syntax_error\.lua:3: '
+  [ ! -s "$OUT" ] || fail "the script ran"
+  ll run "$S/no_such_script.lua"
+  expect_status 2
+  expect_err '^lunaloop: cannot open .*no_such_script\.lua'
+}
+
+case_ok() {
+  ll run --fast "$S/ok.lua"
+  expect_status 0
+  expect_stdout "done${T}3"
+  [ ! -s "$ERR" ] || fail "stderr is not empty"
+}
+
+case_task_error() {
+  ll run --fast "$S/task_error.lua"
+  expect_status 1
+  expect_stdout "main still running"
+  expect_err '^lunaloop: task .* failed: .*boom'
+}
+
+case_main_error() {
+  ll run --fast "$S/main_error.lua"
+  expect_status 1
+  expect_err '^lunaloop: task main failed: .*main boom'
+}
+
+case_exit_code() {
+  ll run --fast "$S/exit.lua"
+  expect_status 3
+  expect_stdout "exiting" "other closed"
+}
+
+case_exit_default_after_error() {
+  ll run --fast "$S/exit_after_error.lua"
+  expect_status 1
+  ll run --fast "$S/exit_after_error.lua" 0
+  expect_status 0
+  ll run --fast "$S/exit_after_error.lua" 7
+  expect_status 7
+}
+
+case_frames() {
+  ll run --fast --frames 5 "$S/forever.lua"
+  expect_status 0
+  expect_stdout "started" "main closed${T}true${T}5" "child closed${T}true"
+  # --frames 0: the main chunk runs, no frame does.
+  ll run --fast --frames 0 "$S/forever.lua"
+  expect_status 0
+  expect_stdout "started" "main closed${T}true${T}0" "child closed${T}true"
+}
+
+case_main_chunk() {
+  ll run --fast "$S/main_chunk.lua" a "b c"
+  expect_status 0
+  expect_stdout "frame${T}0" "args${T}2${T}a${T}b c" "arg0${T}main_chunk.lua" \
+    "arg${T}a${T}b c${T}2" "arg-1${T}--fast" "arg-2${T}run" "task${T}function${T}true" \
+    "frame${T}1"
+  # The script's own options are not the program's.
+  ll run "$S/main_chunk.lua" --fast -x
+  expect_status 0
+  expect_out "^args${T}2${T}--fast${T}-x$"
+  expect_out "^arg-1${T}run$"
+}
+
+case_seed() {
+  ll run --fast --seed 42 "$S/seed.lua"
+  expect_status 0
+  cp "$OUT" "$OUT.2"
+  ll run --fast --seed 42 "$S/seed.lua"
+  expect_status 0
+  diff -u "$OUT.2" "$OUT" >&2 || fail "two --fast --seed 42 runs differ"
+  [ "$(grep -c '^task' "$OUT")" -eq 5 ] || fail "expected 5 task lines"
+  # --seed N is math.randomseed(N), as in the stock interpreter.
+  if command -v lua5.4 >/dev/null 2>&1; then
+    local want
+    want=$(lua5.4 -e 'math.randomseed(42) print(math.random(1, 1000000))')
+    [ "$(head -n1 "$OUT")" = "$want" ] || fail "first number is not math.randomseed(42)'s ($want)"
+  fi
+}
+
+case_fast_delays() {
+  ll run --fast --hz 60 "$S/delays.lua"
+  expect_status 0
+  expect_stdout "delay(0.5)${T}30" "delay(1)${T}60" "realtime${T}true"
+  ll run --fast --hz 60 --time-scale 0.5 "$S/delays.lua"
+  expect_status 0
+  expect_stdout "delay(0.5)${T}60" "delay(1)${T}120" "realtime${T}true"
+}
+
+case_callbacks_keep_alive() {
+  ll run --fast "$S/callbacks.lua"
+  expect_status 0
+  expect_stdout "main done" "tick${T}1" "tick${T}2" "tick${T}3"
+}
+
+case_realtime_pacing() {
+  local t0 t1 frames
+  t0=$(date +%s%N)
+  ll run --hz 100 "$S/realtime.lua"
+  t1=$(date +%s%N)
+  expect_status 0
+  [ $(( (t1 - t0) / 1000000 )) -ge 250 ] || fail "took $(( (t1 - t0) / 1000000 )) ms, expected >= 250"
+  frames=$(sed -nE 's/^frames\t([0-9]+)$/\1/p' "$OUT")
+  [ -n "$frames" ] && [ "$frames" -ge 1 ] && [ "$frames" -le 26 ] ||
+    fail "frames '$frames', expected 1..26 at 100 Hz"
+}
+
+# Ctrl-C: exit 130 after cancelling every task, to-be-closed variables run.
+# --preserve-status makes timeout return lunaloop's own status.
+case_interrupt_yielding() {
+  status=0
+  timeout --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever.lua" >"$OUT" 2>"$ERR" </dev/null ||
+    status=$?
+  expect_status 130
+  expect_out '^started$'
+  expect_out '^main closed'
+  expect_out '^child closed'
+}
+
+case_interrupt_busy() {
+  status=0
+  timeout --preserve-status -s INT 1 "$LUNALOOP" run "$S/busy.lua" >"$OUT" 2>"$ERR" </dev/null ||
+    status=$?
+  expect_status 130
+  expect_out '^started$'
+  expect_out '^busy closed$'
+}
+
+"case_$CASE"

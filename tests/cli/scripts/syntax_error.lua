@@ -1,0 +1,3 @@
+print("never printed: the script must fail to load")
+local x =
+  = 3
