@@ -1,0 +1,290 @@
+/*
+** await.c: the awaits a task can suspend on: yield, next_frame, delay_frame,
+** delay, wait_until, wait_while and await. Each validates its arguments and
+** that it was called from a task that may suspend *before* arming anything,
+** so a refused await leaves no stale wake-up behind (case c13).
+*/
+#include <math.h>
+
+#include "binding.h"
+
+/* ---- checked arguments ---------------------------------------------------- */
+
+luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def) {
+  luna_timing timing;
+  size_t len;
+  const char *name;
+  if (lua_isnoneornil(L, idx))
+    return def;
+  if (lua_type(L, idx) != LUA_TSTRING)
+    luaL_argerror(L, idx, lua_pushfstring(L, "expected a timing name (one of: %s), got %s",
+                                          luna_timing_list(), luaL_typename(L, idx)));
+  name = lua_tolstring(L, idx, &len);
+  if (luna_timing_parse(name, len, &timing) != 0)
+    luaL_argerror(L, idx, lua_pushfstring(L, "unknown timing '%s' (expected one of: %s)",
+                                          name, luna_timing_list()));
+  return timing;
+}
+
+luna_clock luna__opt_clock(lua_State *L, int idx, luna_clock def) {
+  luna_clock clock;
+  size_t len;
+  const char *name;
+  if (lua_isnoneornil(L, idx))
+    return def;
+  if (lua_type(L, idx) != LUA_TSTRING)
+    luaL_argerror(L, idx, lua_pushfstring(L, "expected a clock name (scaled, unscaled, "
+                                          "realtime or fixed), got %s", luaL_typename(L, idx)));
+  name = lua_tolstring(L, idx, &len);
+  if (luna_clock_parse(name, len, &clock) != 0)
+    luaL_argerror(L, idx, lua_pushfstring(L, "unknown clock '%s' (expected one of: scaled, "
+                                          "unscaled, realtime, fixed)", name));
+  return clock;
+}
+
+luna_ns luna__check_seconds(lua_State *L, int idx) {
+  lua_Number s = luaL_checknumber(L, idx);
+  luna_ns ns;
+  if (luna_seconds_to_ns((double)s, &ns) != 0)
+    luaL_argerror(L, idx, lua_pushfstring(L, "expected a finite, non-negative number of "
+                                          "seconds, got %f", s));
+  return ns;
+}
+
+static lua_Integer check_frames(lua_State *L, int idx) {
+  lua_Integer n = luaL_checkinteger(L, idx);
+  if (n < 0)
+    luaL_argerror(L, idx, lua_pushfstring(L, "expected a non-negative frame count, got %I", n));
+  return n;
+}
+
+/* ---- the await context ------------------------------------------------------ */
+
+luna__task *luna__check_await(lua_State *L, const char *what) {
+  luna__binding *b = luna__check_binding(L);
+  luna__task *t = b->current;
+  if (t == NULL || t->co != L) {
+    int is_main = lua_pushthread(L);
+    lua_pop(L, 1);
+    if (is_main)
+      luaL_error(L, "%s: not inside a task (the main thread cannot await; "
+                    "start a task with task.spawn)", what);
+    luaL_error(L, "%s: called from a coroutine that is not a task (await "
+                  "from the task itself, or start one with task.spawn)", what);
+  }
+  if (t->cancel_requested) {
+    luna__push_cancel_error(L);
+    lua_error(L);
+  }
+  if (!lua_isyieldable(L))
+    luaL_error(L, "%s: attempt to await across a C-call boundary (inside a "
+                  "table.sort comparator, a metamethod or another C function); "
+                  "move the await out of it", what);
+  return t;
+}
+
+/* The continuation of every await: the values woken with are on top (or an
+   error to raise). */
+static int await_k(lua_State *L, int status, lua_KContext ctx) {
+  luna__task *t = (luna__task *)ctx;
+  (void)status;
+  if (t->resume_error) {
+    t->resume_error = false;
+    return lua_error(L);
+  }
+  return t->nresume;
+}
+
+int luna__suspend(lua_State *L, luna__task *t) {
+  return lua_yieldk(L, 0, (lua_KContext)t, await_k);
+}
+
+void luna__check_cancelled(lua_State *L, luna__binding *b) {
+  luna__task *t = b->current;
+  if (t != NULL && t->co == L && t->cancel_requested) {
+    luna__push_cancel_error(L);
+    lua_error(L);
+  }
+}
+
+/* ---- waking from the core ------------------------------------------------------ */
+
+static void timer_cb(luna_loop *loop, void *arg) {
+  luna__task *t = (luna__task *)arg;
+  (void)loop;
+  /* A cancelled task's timer was cancelled with it, so t is waiting here. */
+  luna__wake(t->b, t, t->co, 0, false);
+  luna__pump(t->b);
+}
+
+/* A predicate item: calls pred at each run until it answers; a raising
+   predicate raises inside the waiting task (a pcall there catches it). */
+static bool predicate_step(luna_loop *loop, void *arg) {
+  luna__task *t = (luna__task *)arg;
+  luna__binding *b = t->b;
+  lua_State *L = luna__exec_state(b);
+  lua_State *outer = luna__running;
+  int top = lua_gettop(L), st;
+  bool answer;
+  (void)loop;
+  lua_checkstack(L, 4);
+  lua_pushvalue(t->co, 1);
+  lua_xmove(t->co, L, 1);
+  luna__running = L;
+  st = lua_pcall(L, 0, 1, 0);
+  luna__running = outer;
+  if (t->state != LUNA__SUSPENDED || t->wait != LUNA__W_PREDICATE) {
+    /* The predicate cancelled its own task: its item is already removed. */
+    lua_settop(L, top);
+    return false;
+  }
+  if (st != LUA_OK) {
+    luna__wake(b, t, L, 1, true);
+    luna__pump(b);
+    lua_settop(L, top);
+    return false;
+  }
+  answer = lua_toboolean(L, -1);
+  lua_settop(L, top);
+  if (answer != t->until)
+    return true;
+  luna__wake(b, t, L, 0, false);
+  luna__pump(b);
+  return false;
+}
+
+/* ---- the awaits ------------------------------------------------------------------ */
+
+static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
+                     luna_timer_kind kind, int64_t deadline) {
+  int rc = luna_timer_add(t->b->loop, timing, kind, deadline, timer_cb, t, &t->timer);
+  if (rc != 0)
+    return luaL_error(L, "lunaloop: cannot add a timer: %s", luna_strerror(rc));
+  t->wait = LUNA__W_TIMER;
+  t->timing = (uint8_t)timing;
+  return luna__suspend(L, t);
+}
+
+/* task.yield([timing]): resume at the next run of `timing` (default Update);
+   from inside that timing's run, at its next run (never the same drain). */
+static int l_yield(lua_State *L) {
+  luna_timing timing = luna__opt_timing(L, 1, LUNA_UPDATE);
+  luna__task *t = luna__check_await(L, "task.yield");
+  int rc = luna_enqueue(t->b->loop, timing, luna__resume_cb, t);
+  if (rc != 0)
+    return luaL_error(L, "task.yield: %s", luna_strerror(rc));
+  t->pending++;
+  t->wait = LUNA__W_YIELD;
+  t->timing = (uint8_t)timing;
+  return luna__suspend(L, t);
+}
+
+/* task.next_frame([timing]): resume at the first run of `timing` in a later
+   frame (a frame wait for frame() + 1). */
+static int l_next_frame(lua_State *L) {
+  luna_timing timing = luna__opt_timing(L, 1, LUNA_UPDATE);
+  luna__task *t = luna__check_await(L, "task.next_frame");
+  uint64_t frame = luna_loop_frame_count(t->b->loop);
+  return arm_timer(L, t, timing, LUNA_TIMER_FRAME, (int64_t)frame + 1);
+}
+
+/* task.delay_frame(n, [timing]): resume at the first run of `timing` whose
+   frame is >= frame() + n; n = 0 acts as task.yield. */
+static int l_delay_frame(lua_State *L) {
+  lua_Integer n = check_frames(L, 1);
+  luna_timing timing = luna__opt_timing(L, 2, LUNA_UPDATE);
+  luna__task *t = luna__check_await(L, "task.delay_frame");
+  uint64_t frame = luna_loop_frame_count(t->b->loop);
+  int64_t deadline = n > LUNA_NS_MAX ? LUNA_NS_MAX : (int64_t)frame + (int64_t)n;
+  return arm_timer(L, t, timing, LUNA_TIMER_FRAME, deadline);
+}
+
+/* task.delay(seconds, [timing], [clock]): resume at the first run of
+   `timing` at which `seconds` have passed on `clock` since this call
+   (scaled by default). delay(0) acts as task.yield. */
+static int l_delay(lua_State *L) {
+  static const luna_timer_kind kinds[LUNA_CLOCK_COUNT] = {
+      LUNA_TIMER_SCALED, LUNA_TIMER_UNSCALED, LUNA_TIMER_REALTIME, LUNA_TIMER_FIXED};
+  luna_ns ns = luna__check_seconds(L, 1);
+  luna_timing timing = luna__opt_timing(L, 2, LUNA_UPDATE);
+  luna_clock clock = luna__opt_clock(L, 3, LUNA_CLOCK_SCALED);
+  luna__task *t = luna__check_await(L, "task.delay");
+  luna_ns now = luna_loop_time(t->b->loop, clock);
+  return arm_timer(L, t, timing, kinds[clock], luna_ns_add(now, ns));
+}
+
+static int wait_predicate(lua_State *L, bool until, const char *what) {
+  luna_timing timing;
+  luna__task *t;
+  int rc;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  timing = luna__opt_timing(L, 2, LUNA_UPDATE);
+  t = luna__check_await(L, what);
+  rc = luna_item_add(t->b->loop, timing, predicate_step, t, &t->item);
+  if (rc != 0)
+    return luaL_error(L, "%s: %s", what, luna_strerror(rc));
+  t->until = until;
+  t->wait = LUNA__W_PREDICATE;
+  t->timing = (uint8_t)timing;
+  lua_settop(L, 1); /* the predicate stays at index 1 of this frame */
+  return luna__suspend(L, t);
+}
+
+/* task.wait_until(pred, [timing]): call pred at each run of `timing`,
+   starting with the next one, until it returns true. */
+static int l_wait_until(lua_State *L) {
+  return wait_predicate(L, true, "task.wait_until");
+}
+
+/* task.wait_while(pred, [timing]): the same, until pred returns false. */
+static int l_wait_while(lua_State *L) {
+  return wait_predicate(L, false, "task.wait_while");
+}
+
+/* task.await(task): wait until the task settles; return its results or raise
+   its error (the cancellation error when it was cancelled). A settled task
+   answers at once. */
+static int l_await(lua_State *L) {
+  luna__task *target = luna__test_task(L, 1);
+  luna__task *t, *p;
+  if (target == NULL)
+    return luaL_typeerror(L, 1, "Task");
+  t = luna__check_await(L, "task.await");
+  if (LUNA__SETTLED(target)) {
+    int n = luna__push_result(L, target);
+    if (target->state == LUNA__DONE)
+      return n - 1;
+    return lua_error(L);
+  }
+  if (target == t)
+    return luaL_argerror(L, 1, "a task cannot await itself");
+  for (p = target; p != NULL && p->wait == LUNA__W_TASK; p = p->target)
+    if (p->target == t)
+      return luaL_argerror(L, 1, "await cycle: that task is (indirectly) awaiting this one");
+  t->target = target;
+  t->aw_prev = target->aw_tail;
+  t->aw_next = NULL;
+  if (target->aw_tail != NULL)
+    target->aw_tail->aw_next = t;
+  else
+    target->aw_head = t;
+  target->aw_tail = t;
+  t->wait = LUNA__W_TASK;
+  lua_settop(L, 1); /* keeps the awaited task alive while we wait */
+  return luna__suspend(L, t);
+}
+
+static const luaL_Reg await_funcs[] = {
+    {"yield", l_yield},
+    {"next_frame", l_next_frame},
+    {"delay_frame", l_delay_frame},
+    {"delay", l_delay},
+    {"wait_until", l_wait_until},
+    {"wait_while", l_wait_while},
+    {"await", l_await},
+    {NULL, NULL}};
+
+/* Adds the awaits to the module table on top of L. */
+void luna__open_await(lua_State *L) {
+  luaL_setfuncs(L, await_funcs, 0);
+}

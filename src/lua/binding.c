@@ -1,0 +1,362 @@
+/*
+** binding.c: the binding's lifecycle. One binding per Lua state, stored as a
+** userdata in the registry; it attaches the state to a loop, cancels the
+** state's tasks when the state closes or the loop is reset or freed, and
+** reports errors.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+#include "lunaloop_lua.h"
+
+/* Registry keys: the addresses of these statics are unique in the process. */
+static const char binding_key = 'b';
+static const char refs_key = 'r';
+static const char cancel_key = 'c';
+static const char handler_key = 'h';
+static const char traceback_key = 't';
+
+lua_State *volatile luna__running = NULL;
+
+/* ---- accessors ------------------------------------------------------------ */
+
+luna__binding *luna__get_binding(lua_State *L) {
+  luna__binding *b;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &binding_key);
+  b = (luna__binding *)lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return b;
+}
+
+luna__binding *luna__check_binding(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  if (b == NULL)
+    luaL_error(L, "lunaloop: no loop attached to this Lua state");
+  if (b->loop == NULL)
+    luaL_error(L, "lunaloop: the loop was freed");
+  return b;
+}
+
+lua_State *luna__exec_state(luna__binding *b) {
+  return b->current != NULL ? b->current->co : b->exec_L;
+}
+
+void luna__push_refs(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &refs_key);
+}
+
+void luna__push_cancel_error(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &cancel_key);
+}
+
+static bool has_metatable(lua_State *L, int idx, const char *name) {
+  bool same;
+  if (!lua_getmetatable(L, idx))
+    return false;
+  luaL_getmetatable(L, name);
+  same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same;
+}
+
+bool luna__is_cancel_error(lua_State *L, int idx) {
+  return lua_istable(L, idx) && has_metatable(L, idx, LUNA__CANCEL_MT);
+}
+
+bool luna__is_timeout_error(lua_State *L, int idx) {
+  return lua_istable(L, idx) && has_metatable(L, idx, LUNA__TIMEOUT_MT);
+}
+
+/* Message handler for protected calls of callbacks: keeps the error value
+   unchanged (so handlers see exactly what was raised) and stores the
+   traceback aside, for luna__push_last_traceback. */
+int luna__msgh(lua_State *L) {
+  const char *msg = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
+  luaL_traceback(L, L, msg, 1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &traceback_key);
+  lua_settop(L, 1);
+  return 1;
+}
+
+void luna__push_last_traceback(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &traceback_key);
+  lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &traceback_key);
+}
+
+/* ---- error reporting ---------------------------------------------------------- */
+
+/* The default report: "lunaloop: task <name> failed: <msg>" and the traceback
+   on stderr. */
+static void default_report(lua_State *L, int err_idx, int tb_idx, const char *who) {
+  const char *msg = luaL_tolstring(L, err_idx, NULL);
+  fprintf(stderr, "lunaloop: %s failed: %s\n", who, msg);
+  lua_pop(L, 1);
+  if (tb_idx != 0 && lua_type(L, tb_idx) == LUA_TSTRING)
+    fprintf(stderr, "%s\n", lua_tostring(L, tb_idx));
+  fflush(stderr);
+}
+
+void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
+                  int task_idx, const char *what) {
+  int top = lua_gettop(L);
+  err_idx = lua_absindex(L, err_idx);
+  if (tb_idx != 0)
+    tb_idx = lua_absindex(L, tb_idx);
+  if (task_idx != 0)
+    task_idx = lua_absindex(L, task_idx);
+  b->errors++;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &handler_key);
+  if (lua_isfunction(L, -1)) {
+    lua_pushvalue(L, err_idx);
+    if (tb_idx != 0)
+      lua_pushvalue(L, tb_idx);
+    else
+      lua_pushnil(L);
+    if (task_idx != 0)
+      lua_pushvalue(L, task_idx);
+    else
+      lua_pushnil(L);
+    if (lua_pcall(L, 3, 0, 0) != LUA_OK) {
+      fprintf(stderr, "lunaloop: error handler failed: %s\n",
+              luaL_tolstring(L, -1, NULL));
+      lua_pop(L, 1);
+      default_report(L, err_idx, tb_idx, what);
+    }
+  } else {
+    default_report(L, err_idx, tb_idx, what);
+  }
+  lua_settop(L, top);
+}
+
+/* task.on_error(fn | nil) -> previous handler (nil for the default). */
+int luna__set_handler(lua_State *L);
+int luna__set_handler(lua_State *L) {
+  if (!lua_isnoneornil(L, 1))
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 1);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &handler_key);
+  lua_pushvalue(L, 1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &handler_key);
+  return 1;
+}
+
+/* ---- interrupt -------------------------------------------------------------- */
+
+static void interrupt_hook(lua_State *L, lua_Debug *ar) {
+  luna__binding *b = luna__get_binding(L);
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  if (b != NULL && b->current != NULL && b->current->co == L) {
+    b->current->cancel_requested = true;
+    luna__push_cancel_error(L);
+    lua_error(L);
+  }
+  luaL_error(L, "interrupted");
+}
+
+LUNA_API void luna_lua_interrupt(void) {
+  lua_State *L = luna__running;
+  if (L != NULL)
+    lua_sethook(L, interrupt_hook,
+                LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+}
+
+/* ---- lifecycle ---------------------------------------------------------------- */
+
+static bool owned_continuation(luna_fn fn, void *arg, void *ud) {
+  if (fn != luna__resume_cb && fn != luna__start_cb)
+    return false;
+  return ((luna__task *)arg)->b == (luna__binding *)ud;
+}
+
+/* Cancels the state's tasks and removes its callbacks. Used when the state
+   closes, and on loop reset and free. */
+static void detach_work(luna__binding *b) {
+  if (b->loop == NULL)
+    return;
+  luna__cancel_all(b);
+  luna__remove_all_handles(b);
+}
+
+static void on_loop_event(luna_loop *loop, luna_event event, void *ud) {
+  luna__binding *b = (luna__binding *)ud;
+  (void)loop;
+  detach_work(b);
+  if (event == LUNA_EVENT_FREE) {
+    luna_purge(b->loop, owned_continuation, b);
+    b->loop = NULL;
+    b->owns_loop = false;
+  }
+}
+
+/* __gc of the binding: the state is closing. Tasks are cancelled first (their
+   to-be-closed variables run while the state is still whole), then every
+   continuation that points into this state is purged from the loop. */
+static int binding_gc(lua_State *L) {
+  luna__binding *b = (luna__binding *)lua_touserdata(L, 1);
+  if (b->closing)
+    return 0;
+  b->closing = true;
+  if (b->loop != NULL) {
+    b->exec_L = b->L;
+    detach_work(b);
+    luna_purge(b->loop, owned_continuation, b);
+    luna_loop_remove_listener(b->loop, on_loop_event, b);
+    if (b->owns_loop)
+      luna_loop_free(b->loop);
+    b->loop = NULL;
+  }
+  free(b->ready);
+  b->ready = NULL;
+  return 0;
+}
+
+static void new_error_metatables(lua_State *L) {
+  luaL_newmetatable(L, LUNA__CANCEL_MT);
+  lua_pushliteral(L, "task cancelled");
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, LUNA__TIMEOUT_MT);
+  lua_pop(L, 1);
+  /* The cancellation error is one shared value: comparing with it is how
+     is_cancelled and the runtime recognise it. Its message is its __tostring. */
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "task cancelled");
+  lua_setfield(L, -2, "message");
+  luaL_setmetatable(L, LUNA__CANCEL_MT);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &cancel_key);
+}
+
+static int cancel_tostring(lua_State *L) {
+  lua_pushliteral(L, "task cancelled");
+  return 1;
+}
+
+/* Creates the binding of L on `loop`. */
+static int create_binding(lua_State *L, luna_loop *loop, bool owns) {
+  luna__binding *b;
+  int rc;
+  b = (luna__binding *)lua_newuserdatauv(L, sizeof *b, 0);
+  memset(b, 0, sizeof *b);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  b->L = lua_tothread(L, -1);
+  lua_pop(L, 1);
+  b->exec_L = b->L;
+  b->loop = loop;
+  b->owns_loop = owns;
+  b->exit_code = -1;
+  rc = luna_loop_add_listener(loop, on_loop_event, b);
+  if (rc != 0) {
+    lua_pop(L, 1);
+    return rc;
+  }
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, binding_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &binding_key);
+  lua_newtable(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &refs_key);
+  new_error_metatables(L);
+  luaL_getmetatable(L, LUNA__CANCEL_MT);
+  lua_pushcfunction(L, cancel_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+  return 0;
+}
+
+/* The module table's builder lives in module.c. */
+int luna__open_module(lua_State *L, luna__binding *b);
+
+LUNA_API int luna_lua_attach(lua_State *L, luna_loop *loop) {
+  int rc;
+  if (L == NULL || loop == NULL)
+    return LUNA_EINVAL;
+  if (luna__get_binding(L) != NULL)
+    return LUNA_ESTATE;
+  rc = create_binding(L, loop, false);
+  if (rc != 0)
+    return rc;
+  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 0);
+  lua_pop(L, 1);
+  return 0;
+}
+
+LUNA_API int luaopen_lunaloop(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  if (b == NULL) {
+    luna_loop *loop;
+    int rc = luna_loop_new(NULL, &loop);
+    if (rc != 0)
+      return luaL_error(L, "lunaloop: cannot create a loop: %s", luna_strerror(rc));
+    rc = create_binding(L, loop, true);
+    if (rc != 0) {
+      luna_loop_free(loop);
+      return luaL_error(L, "lunaloop: cannot attach the loop: %s", luna_strerror(rc));
+    }
+    b = luna__get_binding(L);
+  }
+  return luna__open_module(L, b);
+}
+
+LUNA_API luna_loop *luna_lua_loop(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  return b != NULL ? b->loop : NULL;
+}
+
+LUNA_API size_t luna_lua_task_count(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  return b != NULL ? b->ntasks : 0;
+}
+
+LUNA_API size_t luna_lua_callback_count(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  return b != NULL ? b->nhandles : 0;
+}
+
+LUNA_API uint64_t luna_lua_error_count(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  return b != NULL ? b->errors : 0;
+}
+
+LUNA_API bool luna_lua_exit_requested(lua_State *L, int *code) {
+  luna__binding *b = luna__get_binding(L);
+  if (b == NULL || !b->exit_requested)
+    return false;
+  if (code != NULL)
+    *code = b->exit_code;
+  return true;
+}
+
+LUNA_API size_t luna_lua_cancel_all(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  size_t n;
+  if (b == NULL || b->loop == NULL)
+    return 0;
+  n = luna__cancel_all(b);
+  luna__remove_all_handles(b);
+  return n;
+}
+
+LUNA_API int luna_lua_spawn(lua_State *L, int nargs, const char *name) {
+  luna__binding *b = luna__get_binding(L);
+  luna__task *t;
+  int fn_idx = lua_gettop(L) - nargs;
+  if (b == NULL || b->loop == NULL || nargs < 0 || fn_idx < 1 ||
+      !lua_isfunction(L, fn_idx))
+    return LUNA_EINVAL;
+  if (b->depth > 0)
+    return LUNA_ESTATE;
+  t = luna__new_task(L, b, fn_idx, nargs);
+  if (name != NULL) {
+    lua_pushstring(L, name);
+    lua_setiuservalue(L, -2, 2);
+  }
+  lua_replace(L, fn_idx);
+  lua_settop(L, fn_idx);
+  luna__start(b, t);
+  return 0;
+}

@@ -1,0 +1,203 @@
+/*
+** binding.h: the Lua binding's private state, shared by the files of src/lua.
+**
+** A task is a full userdata (luna__task) whose first user value is its
+** coroutine and whose second is its explicit name (or nil). While a task is
+** not settled, the binding holds it in a reference table, so the garbage
+** collector never frees a task that something may still wake.
+**
+** Invariants that everything here relies on:
+** - A task waits on at most one thing at a time (t->wait). Disarming a wait
+**   removes what can be removed at once (timer, item, awaiter link); a queued
+**   continuation cannot be removed, so it is counted in t->pending and the
+**   task's reference is released only when the task is settled and pending
+**   is 0.
+** - After cancellation is requested a task never arms a wait again: every
+**   await raises the cancellation error first. So a stale continuation can
+**   only ever find its task settled or not waiting on it.
+** - Waking only queues (luna__wake): one place, luna__resume, resumes
+**   coroutines, and the ready queue is drained by the outermost resume
+**   (luna__pump), so resumes caused by wake-ups never nest.
+*/
+#ifndef LUNA_LUA_BINDING_H
+#define LUNA_LUA_BINDING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "lunaloop.h"
+
+#define LUNA__TASK_MT "lunaloop.Task"
+#define LUNA__HANDLE_MT "lunaloop.Handle"
+#define LUNA__CANCEL_MT "lunaloop.Cancelled"
+#define LUNA__TIMEOUT_MT "lunaloop.Timeout"
+
+typedef struct luna__binding luna__binding;
+typedef struct luna__task luna__task;
+typedef struct luna__handle luna__handle;
+
+/* Lifecycle of a task. PENDING: created by defer/spawn_at, not started. */
+typedef enum luna__state {
+  LUNA__PENDING,
+  LUNA__RUNNING,   /* being resumed (or resuming a task it spawned) */
+  LUNA__SUSPENDED, /* waiting (t->wait says on what) */
+  LUNA__READY,     /* woken, in the ready queue, values pushed on its stack */
+  LUNA__DONE,
+  LUNA__FAILED,
+  LUNA__CANCELLED
+} luna__state;
+
+#define LUNA__SETTLED(t) ((t)->state >= LUNA__DONE)
+
+/* What a suspended task waits on. */
+typedef enum luna__wait {
+  LUNA__W_NONE,
+  LUNA__W_START,     /* a deferred start continuation */
+  LUNA__W_YIELD,     /* a continuation queued for a timing */
+  LUNA__W_TIMER,     /* a delay or a frame wait */
+  LUNA__W_PREDICATE, /* wait_until / wait_while: a runner item */
+  LUNA__W_TASK,      /* another task settling */
+  LUNA__W_EXTERNAL   /* something woken through luna__wake (composition) */
+} luna__wait;
+
+struct luna__task {
+  luna__binding *b;
+  lua_State *co;      /* the coroutine; kept alive by user value 1 */
+  int ref;            /* in the reference table while not settled */
+  uint8_t state;      /* luna__state */
+  uint8_t wait;       /* luna__wait */
+  uint8_t timing;     /* timing of the current wait */
+  bool cancel_requested;
+  bool resume_error;  /* the next resume raises the value on top of co */
+  bool until;         /* predicate wait: true for wait_until */
+  bool reported;      /* its failure was handed to the error handler */
+  int nresume;        /* values pushed on co for the next resume */
+  uint32_t pending;   /* continuations and ready entries holding this task */
+  uint64_t id;        /* creation number, from 1 */
+  uint64_t created_frame;
+  luna_timer_id timer;
+  luna_item_id item;
+  luna__task *target;           /* the task awaited (LUNA__W_TASK) */
+  luna__task *aw_prev, *aw_next; /* links among target's awaiters */
+  luna__task *aw_head, *aw_tail; /* tasks awaiting this one, in order */
+  luna__task *prev, *next;      /* live tasks, creation order */
+  luna__task *cancel_next;      /* queued cancellations */
+};
+
+/* A task.on handle: a runner item that calls one Lua function. */
+struct luna__handle {
+  luna__binding *b;
+  luna_item_id item;
+  int ref;                 /* in the reference table while registered */
+  uint8_t timing;
+  bool active;
+  luna__handle *prev, *next; /* registered handles */
+};
+
+struct luna__binding {
+  lua_State *L;          /* the main thread of the state */
+  lua_State *exec_L;     /* thread that calls callbacks at depth 0 */
+  luna_loop *loop;       /* NULL once the loop was freed */
+  bool owns_loop;
+  bool closing;
+  luna__task *current;   /* innermost task being resumed */
+  int depth;             /* nested resumes */
+  bool pumping;
+  /* ready queue: a ring of tasks woken and not yet resumed */
+  luna__task **ready;
+  size_t ready_head, ready_count, ready_cap;
+  /* live tasks in creation order */
+  luna__task *first, *last;
+  size_t ntasks;
+  uint64_t next_id;
+  /* registered task.on handles */
+  luna__handle *handles;
+  size_t nhandles;
+  /* cancellations requested while one is unwinding */
+  bool cancelling;
+  luna__task *cancel_head, *cancel_tail;
+  /* reporting and exit */
+  uint64_t errors;
+  bool exit_requested;
+  int exit_code;
+};
+
+/* ---- binding.c ---------------------------------------------------------- */
+/* The binding of L; raises a Lua error when there is none or its loop was freed. */
+luna__binding *luna__check_binding(lua_State *L);
+/* The binding of L or NULL, never raises. */
+luna__binding *luna__get_binding(lua_State *L);
+/* The thread on which callbacks and handlers may be called now. */
+lua_State *luna__exec_state(luna__binding *b);
+/* Pushes the reference table. */
+void luna__push_refs(lua_State *L);
+/* Pushes the cancellation error value. */
+void luna__push_cancel_error(lua_State *L);
+bool luna__is_cancel_error(lua_State *L, int idx);
+bool luna__is_timeout_error(lua_State *L, int idx);
+/* Reports an error: err at `err_idx` of L, traceback at `tb_idx` (0: none),
+   the task at `task_idx` (0: a callback named `what`). Counts it. */
+void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
+                  int task_idx, const char *what);
+/* Message handler that keeps the error and stores its traceback; the
+   traceback is then pushed (and forgotten) by luna__push_last_traceback. */
+int luna__msgh(lua_State *L);
+void luna__push_last_traceback(lua_State *L);
+/* The running thread, for luna_lua_interrupt (signal-safe read). */
+extern lua_State *volatile luna__running;
+
+/* ---- task.c ------------------------------------------------------------- */
+luna__task *luna__check_task(lua_State *L, int idx);
+luna__task *luna__test_task(lua_State *L, int idx);
+/* Creates a task from the function at fn_idx and the nargs values above it
+   (they stay on L), pushes the Task; the task is PENDING. */
+luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs);
+/* Starts a PENDING task now (spawn). */
+void luna__start(luna__binding *b, luna__task *t);
+/* Queues a PENDING task to start at the next run of `timing`. */
+int luna__start_at(luna__binding *b, luna__task *t, luna_timing timing);
+/* Wakes a suspended task: the nvalues values on top of L are moved to it
+   (raised at its await if is_error). It is resumed by the outermost pump. */
+void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool is_error);
+/* Resumes the ready queue if nothing else is resuming. */
+void luna__pump(luna__binding *b);
+/* Cancels t (returns after it unwound unless called during an unwinding). */
+void luna__cancel(luna__binding *b, luna__task *t);
+/* Cancels every live task in creation order. Returns how many. */
+size_t luna__cancel_all(luna__binding *b);
+/* Pushes the task's userdata (it must be live or on a stack). */
+void luna__push_task(lua_State *L, luna__task *t);
+/* Pushes the results of a settled task: true + values when done, or false +
+   error. Returns the count pushed. */
+int luna__push_result(lua_State *L, luna__task *t);
+const char *luna__status_name(const luna__task *t);
+int luna__open_task(lua_State *L);
+/* The continuation that resumes a task waiting on a timing (shared with
+   binding.c for purging). */
+void luna__resume_cb(luna_loop *loop, void *arg);
+void luna__start_cb(luna_loop *loop, void *arg);
+
+/* ---- await.c ------------------------------------------------------------ */
+/* Checks that L is a task that may await now and returns it; raises a clear
+   error naming `what` otherwise, or the cancellation error when the task
+   was cancelled. */
+luna__task *luna__check_await(lua_State *L, const char *what);
+/* Suspends the calling task (whose wait is armed) until woken. */
+int luna__suspend(lua_State *L, luna__task *t);
+luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def);
+luna_clock luna__opt_clock(lua_State *L, int idx, luna_clock def);
+luna_ns luna__check_seconds(lua_State *L, int idx);
+/* Raises the cancellation error in L when L is the current task and its
+   cancellation was requested while it resumed another task. */
+void luna__check_cancelled(lua_State *L, luna__binding *b);
+void luna__open_await(lua_State *L);
+
+/* ---- callbacks.c -------------------------------------------------------- */
+void luna__remove_all_handles(luna__binding *b);
+void luna__open_callbacks(lua_State *L);
+
+#endif

@@ -1,0 +1,300 @@
+/*
+** module.c: the `lunaloop` module table: spawning, cancellation, clock and
+** frame queries, error reporting, exit, and driving frames from plain Lua
+** (task.step, task.run) for use with a stock lua5.4.
+*/
+#include <math.h>
+#include <time.h>
+
+#include "binding.h"
+
+static const char module_key = 'm';
+
+int luna__set_handler(lua_State *L);
+int luna__l_cancel(lua_State *L);
+
+/* Runs `call` with exec_L set to L when no task is being resumed, so that
+   callbacks and reports run on the thread that called into the binding. */
+#define WITH_EXEC(b, L, call)                                                  \
+  do {                                                                         \
+    lua_State *saved_exec_ = (b)->exec_L;                                      \
+    if ((b)->depth == 0)                                                       \
+      (b)->exec_L = (L);                                                       \
+    call;                                                                      \
+    (b)->exec_L = saved_exec_;                                                 \
+  } while (0)
+
+/* ---- tasks ------------------------------------------------------------------ */
+
+/* task.spawn(fn, ...) -> Task: creates a task and runs it now until its first
+   await (as Roblox's task.spawn). */
+static int l_spawn(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  luna__task *t;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  t = luna__new_task(L, b, 1, lua_gettop(L) - 1);
+  WITH_EXEC(b, L, luna__start(b, t));
+  luna__check_cancelled(L, b);
+  return 1;
+}
+
+static int spawn_later(lua_State *L, luna__binding *b, int fn_idx, luna_timing timing) {
+  luna__task *t;
+  int rc;
+  luaL_checktype(L, fn_idx, LUA_TFUNCTION);
+  t = luna__new_task(L, b, fn_idx, lua_gettop(L) - fn_idx);
+  rc = luna__start_at(b, t, timing);
+  if (rc != 0) {
+    luna__cancel(b, t);
+    return luaL_error(L, "lunaloop: cannot queue the task: %s", luna_strerror(rc));
+  }
+  return 1;
+}
+
+/* task.defer(fn, ...) -> Task: starts at the next run of Update. */
+static int l_defer(lua_State *L) {
+  return spawn_later(L, luna__check_binding(L), 1, LUNA_UPDATE);
+}
+
+/* task.spawn_at(timing, fn, ...) -> Task: starts at the next run of timing. */
+static int l_spawn_at(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  luna_timing timing;
+  if (lua_isnoneornil(L, 1))
+    return luaL_argerror(L, 1, "expected a timing name");
+  timing = luna__opt_timing(L, 1, LUNA_UPDATE);
+  return spawn_later(L, b, 2, timing);
+}
+
+/* task.current() -> the Task being run now, or nil. */
+static int l_current(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  if (b->current == NULL)
+    lua_pushnil(L);
+  else
+    luna__push_task(L, b->current);
+  return 1;
+}
+
+/* ---- errors --------------------------------------------------------------------- */
+
+/* task.is_cancelled(err) -> true for the cancellation error. */
+static int l_is_cancelled(lua_State *L) {
+  lua_pushboolean(L, luna__is_cancel_error(L, 1));
+  return 1;
+}
+
+/* task.is_timeout(err) -> true for an error raised by task.timeout. */
+static int l_is_timeout(lua_State *L) {
+  lua_pushboolean(L, luna__is_timeout_error(L, 1));
+  return 1;
+}
+
+/* task.exit([code]): ends `lunaloop run` (or task.run): unwinds the calling
+   task at once, stops the frame; the remaining tasks are then cancelled in
+   creation order. code defaults to 0, or 1 when an error was reported. */
+static int l_exit(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  lua_Integer code = -1;
+  if (!lua_isnoneornil(L, 1)) {
+    code = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, code >= 0 && code <= 255, 1, "expected an exit code from 0 to 255");
+  }
+  b->exit_requested = true;
+  b->exit_code = (int)code;
+  luna_loop_stop(b->loop);
+  if (b->current != NULL) {
+    b->current->cancel_requested = true;
+    luna__push_cancel_error(L);
+    return lua_error(L);
+  }
+  return 0;
+}
+
+/* ---- clocks ----------------------------------------------------------------------- */
+
+/* task.frame() -> frames begun (0 before the first frame). */
+static int l_frame(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)luna_loop_frame_count(luna__check_binding(L)->loop));
+  return 1;
+}
+
+/* task.time([clock]) -> seconds on clock (scaled by default). */
+static int l_time(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  luna_clock clock = luna__opt_clock(L, 1, LUNA_CLOCK_SCALED);
+  lua_pushnumber(L, luna_ns_to_seconds(luna_loop_time(b->loop, clock)));
+  return 1;
+}
+
+/* task.delta_time() -> seconds: fixed_dt inside a fixed step, else the scaled
+   frame delta. */
+static int l_delta_time(lua_State *L) {
+  lua_pushnumber(L, luna_ns_to_seconds(luna_loop_delta(luna__check_binding(L)->loop)));
+  return 1;
+}
+
+/* task.time_scale([scale]) -> the (new) time scale. A change applies from the
+   next frame's clock advance. */
+static int l_time_scale(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  if (!lua_isnoneornil(L, 1)) {
+    lua_Number v = luaL_checknumber(L, 1);
+    if (luna_loop_set_time_scale(b->loop, (double)v) != 0)
+      return luaL_argerror(L, 1, lua_pushfstring(L, "expected a finite, non-negative "
+                                                 "time scale, got %f", v));
+  }
+  lua_pushnumber(L, luna_loop_time_scale(b->loop));
+  return 1;
+}
+
+/* ---- driving frames from Lua ---------------------------------------------------------- */
+
+static void check_can_drive(lua_State *L, luna__binding *b, const char *what) {
+  if (b->depth > 0 || luna_loop_current_timing(b->loop) >= 0)
+    luaL_error(L, "%s: cannot drive the loop from inside a task or callback", what);
+}
+
+static luna_ns opt_dt(lua_State *L, int idx, luna_ns def) {
+  return lua_isnoneornil(L, idx) ? def : luna__check_seconds(L, idx);
+}
+
+static int step_frame(lua_State *L, luna__binding *b, luna_ns dt) {
+  int rc;
+  WITH_EXEC(b, L, rc = luna_loop_frame_ns(b->loop, dt));
+  if (rc != 0 && rc != LUNA_ESTOPPED)
+    return luaL_error(L, "lunaloop: frame failed: %s", luna_strerror(rc));
+  return 0;
+}
+
+/* task.step([dt]) -> frame: runs one frame of dt seconds (default 1/60). */
+static int l_step(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  luna_ns dt = opt_dt(L, 1, (LUNA_NS_PER_SECOND + 30) / 60);
+  check_can_drive(L, b, "task.step");
+  step_frame(L, b, dt);
+  lua_pushinteger(L, (lua_Integer)luna_loop_frame_count(b->loop));
+  return 1;
+}
+
+static luna_ns now_monotonic(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (luna_ns)ts.tv_sec * LUNA_NS_PER_SECOND + ts.tv_nsec;
+}
+
+static luna_ns virtual_realtime(void *ud) {
+  return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
+}
+
+static lua_Number opt_field_number(lua_State *L, int idx, const char *key, lua_Number def) {
+  lua_Number v;
+  if (lua_getfield(L, idx, key) == LUA_TNIL) {
+    lua_pop(L, 1);
+    return def;
+  }
+  if (!lua_isnumber(L, -1))
+    luaL_error(L, "task.run: option '%s' must be a number", key);
+  v = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* task.run([opts]) -> exit code: runs frames until no task is alive and no
+   callback is registered, task.exit is called, or opts.frames frames ran;
+   then cancels what remains. opts.hz (default 60) sets the frame rate;
+   opts.fast = true runs frames back to back with dt = 1/hz exactly and a
+   realtime clock that follows it (repeatable), otherwise frames are paced in
+   real time with dt measured. The code is task.exit's, else 1 when an error
+   was reported, else 0. */
+static int l_run(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  lua_Number hz = 60, frames = -1;
+  bool fast = false;
+  luna_ns period, last;
+  uint64_t ran = 0;
+  int code;
+  check_can_drive(L, b, "task.run");
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    hz = opt_field_number(L, 1, "hz", 60);
+    frames = opt_field_number(L, 1, "frames", -1);
+    lua_getfield(L, 1, "fast");
+    fast = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    luaL_argcheck(L, hz > 0 && isfinite(hz), 1, "opts.hz must be a positive number");
+  }
+  period = (luna_ns)llround(1e9 / hz);
+  if (fast)
+    luna_loop_set_realtime_source(b->loop, virtual_realtime, b->loop);
+  last = now_monotonic();
+  while ((b->ntasks > 0 || b->nhandles > 0) && !b->exit_requested &&
+         (frames < 0 || (lua_Number)ran < frames)) {
+    luna_ns dt = period;
+    if (!fast) {
+      luna_ns now = now_monotonic(), next = last + period;
+      if (next > now) {
+        struct timespec ts = {(time_t)(next / LUNA_NS_PER_SECOND),
+                              (long)(next % LUNA_NS_PER_SECOND)};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+      }
+      now = now_monotonic();
+      dt = now - last;
+      last = now;
+    }
+    step_frame(L, b, dt);
+    ran++;
+  }
+  WITH_EXEC(b, L, luna__cancel_all(b));
+  luna__remove_all_handles(b);
+  code = b->exit_requested && b->exit_code >= 0 ? b->exit_code : (b->errors > 0 ? 1 : 0);
+  b->exit_requested = false;
+  b->exit_code = -1;
+  lua_pushinteger(L, code);
+  return 1;
+}
+
+/* ---- the module table --------------------------------------------------------------- */
+
+static const luaL_Reg module_funcs[] = {
+    {"spawn", l_spawn},
+    {"defer", l_defer},
+    {"spawn_at", l_spawn_at},
+    {"cancel", luna__l_cancel},
+    {"current", l_current},
+    {"is_cancelled", l_is_cancelled},
+    {"is_timeout", l_is_timeout},
+    {"on_error", luna__set_handler},
+    {"exit", l_exit},
+    {"frame", l_frame},
+    {"time", l_time},
+    {"delta_time", l_delta_time},
+    {"time_scale", l_time_scale},
+    {"step", l_step},
+    {"run", l_run},
+    {NULL, NULL}};
+
+int luna__open_module(lua_State *L, luna__binding *b);
+int luna__open_module(lua_State *L, luna__binding *b) {
+  int i;
+  (void)b;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key) == LUA_TTABLE)
+    return 1;
+  lua_pop(L, 1);
+  luna__open_task(L);
+  lua_newtable(L);
+  luaL_setfuncs(L, module_funcs, 0);
+  luna__open_await(L);
+  luna__open_callbacks(L);
+  lua_createtable(L, LUNA_TIMING_COUNT, 0);
+  for (i = 0; i < LUNA_TIMING_COUNT; i++) {
+    lua_pushstring(L, luna_timing_name(i));
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "timings");
+  lua_pushliteral(L, LUNA_VERSION_STRING);
+  lua_setfield(L, -2, "version");
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &module_key);
+  return 1;
+}

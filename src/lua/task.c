@@ -1,0 +1,530 @@
+/*
+** task.c: tasks and the one place that resumes their coroutines.
+**
+** Waking only queues a task on the ready ring (luna__wake); luna__resume is
+** the one place that calls lua_resume, and luna__pump drains the ring from
+** the outermost level, so a chain of tasks each awaiting the previous one
+** settles in one loop, never in nested C calls. Spawn and cancel are the two
+** deliberate exceptions: spawn runs the new task now until its first await,
+** and cancel returns after its target unwound, as the design requires.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+#if LUA_VERSION_NUM == 504 && LUA_VERSION_RELEASE_NUM >= 50406
+#define close_thread(co, from) lua_closethread((co), (from))
+#else
+#define close_thread(co, from) ((void)(from), lua_resetthread(co))
+#endif
+
+/* ---- checked accessors ---------------------------------------------------- */
+
+luna__task *luna__test_task(lua_State *L, int idx) {
+  return (luna__task *)luaL_testudata(L, idx, LUNA__TASK_MT);
+}
+
+luna__task *luna__check_task(lua_State *L, int idx) {
+  return (luna__task *)luaL_checkudata(L, idx, LUNA__TASK_MT);
+}
+
+void luna__push_task(lua_State *L, luna__task *t) {
+  luna__push_refs(L);
+  lua_rawgeti(L, -1, t->ref);
+  lua_remove(L, -2);
+}
+
+const char *luna__status_name(const luna__task *t) {
+  switch ((luna__state)t->state) {
+  case LUNA__RUNNING:
+    return "running";
+  case LUNA__DONE:
+    return "done";
+  case LUNA__FAILED:
+    return "failed";
+  case LUNA__CANCELLED:
+    return "cancelled";
+  default:
+    /* A cancellation queued behind another one that is unwinding already
+       reads "cancelled". */
+    return t->cancel_requested ? "cancelled" : "suspended";
+  }
+}
+
+/* ---- bookkeeping ------------------------------------------------------------ */
+
+static void link_live(luna__binding *b, luna__task *t) {
+  t->prev = b->last;
+  t->next = NULL;
+  if (b->last != NULL)
+    b->last->next = t;
+  else
+    b->first = t;
+  b->last = t;
+  b->ntasks++;
+}
+
+static void unlink_live(luna__binding *b, luna__task *t) {
+  if (t->prev != NULL)
+    t->prev->next = t->next;
+  else
+    b->first = t->next;
+  if (t->next != NULL)
+    t->next->prev = t->prev;
+  else
+    b->last = t->prev;
+  t->prev = t->next = NULL;
+  b->ntasks--;
+}
+
+/* Drops the binding's reference once nothing can reach the task any more:
+   it is settled and no continuation or ready entry holds its pointer. */
+static void maybe_release(luna__binding *b, luna__task *t) {
+  if (!LUNA__SETTLED(t) || t->pending != 0 || t->ref == LUA_NOREF)
+    return;
+  luna__push_refs(b->L);
+  luaL_unref(b->L, -1, t->ref);
+  lua_pop(b->L, 1);
+  t->ref = LUA_NOREF;
+}
+
+static void unlink_awaiter(luna__task *a) {
+  luna__task *target = a->target;
+  if (a->aw_prev != NULL)
+    a->aw_prev->aw_next = a->aw_next;
+  else
+    target->aw_head = a->aw_next;
+  if (a->aw_next != NULL)
+    a->aw_next->aw_prev = a->aw_prev;
+  else
+    target->aw_tail = a->aw_prev;
+  a->aw_prev = a->aw_next = NULL;
+  a->target = NULL;
+}
+
+/* Removes whatever the task waits on that can be removed now. */
+static void disarm(luna__binding *b, luna__task *t) {
+  switch ((luna__wait)t->wait) {
+  case LUNA__W_TIMER:
+    luna_timer_cancel(b->loop, t->timer);
+    break;
+  case LUNA__W_PREDICATE:
+    luna_item_remove(b->loop, t->item);
+    break;
+  case LUNA__W_TASK:
+    unlink_awaiter(t);
+    break;
+  default: /* continuations stay queued; t->pending covers them */
+    break;
+  }
+  t->wait = LUNA__W_NONE;
+}
+
+/* ---- the ready ring ------------------------------------------------------------ */
+
+static void ready_push(luna__binding *b, luna__task *t) {
+  if (b->ready_count == b->ready_cap) {
+    size_t cap = b->ready_cap ? b->ready_cap * 2 : 64;
+    luna__task **ring = (luna__task **)malloc(cap * sizeof *ring);
+    size_t i;
+    if (ring == NULL)
+      luaL_error(b->L, "lunaloop: out of memory");
+    for (i = 0; i < b->ready_count; i++)
+      ring[i] = b->ready[(b->ready_head + i) % b->ready_cap];
+    free(b->ready);
+    b->ready = ring;
+    b->ready_cap = cap;
+    b->ready_head = 0;
+  }
+  b->ready[(b->ready_head + b->ready_count) % b->ready_cap] = t;
+  b->ready_count++;
+  t->pending++;
+}
+
+static luna__task *ready_pop(luna__binding *b) {
+  luna__task *t = b->ready[b->ready_head];
+  b->ready_head = (b->ready_head + 1) % b->ready_cap;
+  b->ready_count--;
+  return t;
+}
+
+/* ---- settling ---------------------------------------------------------------------- */
+
+/* Moves copies of the settled task's outcome onto the awaiter and queues it. */
+static void wake_awaiters(luna__binding *b, luna__task *t) {
+  while (t->aw_head != NULL) {
+    luna__task *a = t->aw_head;
+    unlink_awaiter(a);
+    a->wait = LUNA__W_NONE;
+    if (t->state == LUNA__DONE) {
+      int i, n = lua_gettop(t->co);
+      lua_checkstack(a->co, n);
+      for (i = 1; i <= n; i++) {
+        lua_pushvalue(t->co, i);
+        lua_xmove(t->co, a->co, 1);
+      }
+      a->nresume = n;
+      a->resume_error = false;
+    } else {
+      lua_pushvalue(t->co, 1);
+      lua_xmove(t->co, a->co, 1);
+      a->nresume = 1;
+      a->resume_error = true;
+    }
+    a->state = LUNA__READY;
+    ready_push(b, a);
+  }
+}
+
+/* The label of a task for reports: its name, or "<source>:<line>" of the
+   function at the bottom of its coroutine. Pushed on L. */
+static void push_label(lua_State *L, luna__task *t, int task_idx) {
+  lua_Debug ar;
+  int level = 0;
+  lua_getiuservalue(L, task_idx, 2);
+  if (lua_type(L, -1) == LUA_TSTRING)
+    return;
+  lua_pop(L, 1);
+  while (lua_getstack(t->co, level + 1, &ar))
+    level++;
+  if (lua_getstack(t->co, level, &ar) && lua_getinfo(t->co, "S", &ar) &&
+      ar.linedefined > 0) {
+    lua_pushfstring(L, "%s:%d", ar.short_src, ar.linedefined);
+    return;
+  }
+  lua_pushfstring(L, "#%I", (lua_Integer)t->id);
+}
+
+/* Settles t: status, unlink, wake awaiters, release. The outcome is on t->co:
+   the results for DONE, [error, traceback] otherwise. */
+static void settle(luna__binding *b, luna__task *t, luna__state state) {
+  t->state = (uint8_t)state;
+  t->wait = LUNA__W_NONE;
+  unlink_live(b, t);
+  wake_awaiters(b, t);
+  maybe_release(b, t);
+}
+
+static void finish_ok(luna__binding *b, luna__task *t, int nres) {
+  int extra = lua_gettop(t->co) - nres;
+  if (extra > 0) {
+    lua_rotate(t->co, 1, -extra);
+    lua_pop(t->co, extra);
+  }
+  if (t->cancel_requested) {
+    lua_settop(t->co, 0);
+    luna__push_cancel_error(t->co);
+    settle(b, t, LUNA__CANCELLED);
+    return;
+  }
+  settle(b, t, LUNA__DONE);
+}
+
+/* The coroutine raised: keep the error value unchanged and its traceback,
+   close its to-be-closed variables (they see the error), then settle. An
+   error that nobody awaits is reported; cancellation never is. */
+static void finish_error(luna__binding *b, luna__task *t) {
+  lua_State *L = luna__exec_state(b);
+  int top = lua_gettop(L);
+  bool cancelled;
+  bool awaited = t->aw_head != NULL;
+  int err, tb, label, task_idx;
+
+  lua_checkstack(L, 8);
+  lua_pushvalue(t->co, -1);
+  lua_xmove(t->co, L, 1);
+  err = lua_gettop(L);
+  cancelled = luna__is_cancel_error(L, err);
+  if (!cancelled) {
+    const char *msg = lua_type(L, err) == LUA_TSTRING ? lua_tostring(L, err) : NULL;
+    luaL_traceback(L, t->co, msg, 0);
+  } else {
+    lua_pushnil(L);
+  }
+  tb = lua_gettop(L);
+  luna__push_task(L, t);
+  task_idx = lua_gettop(L);
+  push_label(L, t, task_idx);
+  label = lua_gettop(L);
+
+  close_thread(t->co, L); /* runs __close handlers with the error */
+  lua_settop(t->co, 0);
+
+  if (t->cancel_requested && !cancelled) {
+    /* It raised something else while being cancelled: it still ends
+       cancelled, and that error is not lost. */
+    lua_pushfstring(L, "task %s", lua_tostring(L, label));
+    luna__report(b, L, err, tb, task_idx, lua_tostring(L, -1));
+    lua_pop(L, 1);
+    cancelled = true;
+  }
+  if (cancelled) {
+    luna__push_cancel_error(t->co);
+    lua_pushnil(t->co);
+    settle(b, t, LUNA__CANCELLED);
+  } else {
+    lua_pushvalue(L, err);
+    lua_pushvalue(L, tb);
+    lua_xmove(L, t->co, 2);
+    settle(b, t, LUNA__FAILED);
+    if (!awaited) {
+      t->reported = true;
+      lua_pushfstring(L, "task %s", lua_tostring(L, label));
+      luna__report(b, L, err, tb, task_idx, lua_tostring(L, -1));
+    }
+  }
+  lua_settop(L, top);
+}
+
+/* A task yielded without a task.* await (a bare coroutine.yield in its own
+   body). It cannot be resumed meaningfully, so it fails: a one-shot count
+   hook raises the error at the next instruction, from inside the task, so
+   its to-be-closed variables and traceback see the right place. */
+static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "coroutine.yield inside a task: use a task.* await "
+                "(task.yield, task.delay, task.await, ...) instead");
+}
+
+/* ---- the one place that resumes ------------------------------------------------ */
+
+static void resume(luna__binding *b, luna__task *t, int nargs) {
+  lua_State *from = luna__exec_state(b);
+  luna__task *outer = b->current;
+  lua_State *outer_running = luna__running;
+  int st, nres = 0;
+
+  t->state = LUNA__RUNNING;
+  t->wait = LUNA__W_NONE;
+  b->current = t;
+  b->depth++;
+  luna__running = t->co;
+  st = lua_resume(t->co, from, nargs, &nres);
+  while (st == LUA_YIELD && t->wait == LUNA__W_NONE) {
+    lua_pop(t->co, nres);
+    lua_sethook(t->co, bare_yield_hook, LUA_MASKCOUNT, 1);
+    st = lua_resume(t->co, from, 0, &nres);
+  }
+  luna__running = outer_running;
+  b->depth--;
+  b->current = outer;
+
+  if (st == LUA_YIELD) {
+    lua_pop(t->co, nres);
+    t->state = LUNA__SUSPENDED;
+  } else if (st == LUA_OK) {
+    finish_ok(b, t, nres);
+  } else {
+    finish_error(b, t);
+  }
+}
+
+void luna__pump(luna__binding *b) {
+  if (b->pumping || b->depth > 0)
+    return;
+  b->pumping = true;
+  while (b->ready_count > 0) {
+    luna__task *t = ready_pop(b);
+    t->pending--;
+    if (t->state == LUNA__READY)
+      resume(b, t, t->nresume);
+    else
+      maybe_release(b, t);
+  }
+  b->pumping = false;
+}
+
+/* Resumes t now, then, at the outermost level, everything it woke. */
+static void run_now(luna__binding *b, luna__task *t, int nargs) {
+  resume(b, t, nargs);
+  luna__pump(b);
+}
+
+void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool is_error) {
+  lua_checkstack(t->co, nvalues + 1);
+  lua_xmove(L, t->co, nvalues);
+  t->nresume = nvalues;
+  t->resume_error = is_error;
+  t->wait = LUNA__W_NONE;
+  t->state = LUNA__READY;
+  ready_push(b, t);
+}
+
+/* ---- starting ---------------------------------------------------------------------- */
+
+luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs) {
+  luna__task *t;
+  lua_State *co;
+  int i;
+  fn_idx = lua_absindex(L, fn_idx);
+  t = (luna__task *)lua_newuserdatauv(L, sizeof *t, 2);
+  memset(t, 0, sizeof *t);
+  t->ref = LUA_NOREF;
+  luaL_setmetatable(L, LUNA__TASK_MT);
+  co = lua_newthread(L);
+  lua_setiuservalue(L, -2, 1);
+  lua_checkstack(co, nargs + 1);
+  for (i = 0; i <= nargs; i++)
+    lua_pushvalue(L, fn_idx + i);
+  lua_xmove(L, co, nargs + 1);
+  t->b = b;
+  t->co = co;
+  t->state = LUNA__PENDING;
+  t->nresume = nargs;
+  t->id = ++b->next_id;
+  t->created_frame = luna_loop_frame_count(b->loop);
+  luna__push_refs(L);
+  lua_pushvalue(L, -2);
+  t->ref = luaL_ref(L, -2);
+  lua_pop(L, 1);
+  link_live(b, t);
+  return t;
+}
+
+void luna__start(luna__binding *b, luna__task *t) {
+  run_now(b, t, t->nresume);
+}
+
+void luna__start_cb(luna_loop *loop, void *arg) {
+  luna__task *t = (luna__task *)arg;
+  (void)loop;
+  t->pending--;
+  if (t->state == LUNA__PENDING && t->wait == LUNA__W_START && !t->cancel_requested)
+    run_now(t->b, t, t->nresume);
+  else
+    maybe_release(t->b, t);
+}
+
+int luna__start_at(luna__binding *b, luna__task *t, luna_timing timing) {
+  int rc = luna_enqueue(b->loop, timing, luna__start_cb, t);
+  if (rc == 0) {
+    t->pending++;
+    t->wait = LUNA__W_START;
+    t->timing = (uint8_t)timing;
+  }
+  return rc;
+}
+
+void luna__resume_cb(luna_loop *loop, void *arg) {
+  luna__task *t = (luna__task *)arg;
+  (void)loop;
+  t->pending--;
+  if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_YIELD) {
+    t->resume_error = false;
+    run_now(t->b, t, 0);
+  } else {
+    maybe_release(t->b, t);
+  }
+}
+
+/* ---- cancellation ---------------------------------------------------------------- */
+
+static void cancel_one(luna__binding *b, luna__task *t) {
+  switch ((luna__state)t->state) {
+  case LUNA__PENDING:
+    t->cancel_requested = true;
+    lua_settop(t->co, 0);
+    luna__push_cancel_error(t->co);
+    lua_pushnil(t->co);
+    settle(b, t, LUNA__CANCELLED);
+    break;
+  case LUNA__SUSPENDED:
+  case LUNA__READY:
+    if (t->state == LUNA__READY)
+      lua_pop(t->co, t->nresume);
+    disarm(b, t);
+    t->cancel_requested = true;
+    luna__push_cancel_error(t->co);
+    t->resume_error = true;
+    t->nresume = 1;
+    resume(b, t, 1);
+    break;
+  case LUNA__RUNNING:
+    /* It unwinds when control comes back to it: at its next await, or when
+       the call that resumed another task returns (luna__check_cancelled). */
+    t->cancel_requested = true;
+    break;
+  default:
+    break;
+  }
+}
+
+void luna__cancel(luna__binding *b, luna__task *t) {
+  if (LUNA__SETTLED(t) || (t->cancel_requested && t->state != LUNA__RUNNING))
+    return;
+  if (b->cancelling) {
+    /* Another cancellation is unwinding (we are in a __close handler): queue
+       this one; the outermost cancel finishes it before returning. */
+    t->cancel_requested = true;
+    t->cancel_next = NULL;
+    if (b->cancel_tail != NULL)
+      b->cancel_tail->cancel_next = t;
+    else
+      b->cancel_head = t;
+    b->cancel_tail = t;
+    t->pending++;
+    return;
+  }
+  b->cancelling = true;
+  cancel_one(b, t);
+  while (b->cancel_head != NULL) {
+    luna__task *next = b->cancel_head;
+    b->cancel_head = next->cancel_next;
+    if (b->cancel_head == NULL)
+      b->cancel_tail = NULL;
+    next->pending--;
+    next->cancel_requested = false; /* let cancel_one see it as live */
+    if (!LUNA__SETTLED(next))
+      cancel_one(b, next);
+    else
+      maybe_release(b, next);
+  }
+  b->cancelling = false;
+  luna__pump(b);
+}
+
+size_t luna__cancel_all(luna__binding *b) {
+  size_t n = 0;
+  if (b->cancelling) {
+    luna__task *t;
+    for (t = b->first; t != NULL; t = t->next)
+      luna__cancel(b, t);
+    return b->ntasks;
+  }
+  /* In creation order. Cancelling may create tasks (in __close handlers):
+     they are appended and cancelled too. A task that is running now (up the
+     resume chain) only gets the request: it unwinds when control returns. */
+  for (;;) {
+    luna__task *t = b->first;
+    while (t != NULL && t->state == LUNA__RUNNING) {
+      t->cancel_requested = true;
+      t = t->next;
+    }
+    if (t == NULL)
+      break;
+    luna__cancel(b, t);
+    n++;
+  }
+  return n;
+}
+
+/* ---- results ------------------------------------------------------------------------ */
+
+int luna__push_result(lua_State *L, luna__task *t) {
+  if (t->state == LUNA__DONE) {
+    int i, n = lua_gettop(t->co);
+    luaL_checkstack(L, n + 1, "too many results");
+    lua_pushboolean(L, 1);
+    for (i = 1; i <= n; i++) {
+      lua_pushvalue(t->co, i);
+      lua_xmove(t->co, L, 1);
+    }
+    return n + 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_pushvalue(t->co, 1);
+  lua_xmove(t->co, L, 1);
+  return 2;
+}
