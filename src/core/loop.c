@@ -1,0 +1,417 @@
+/*
+** loop.c: the loop: lifetime, listeners, frames, fixed steps, the run of a
+** timing, and the public entry points of the other modules.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "loop_internal.h"
+
+/* True while the loop is calling out: a timing's callbacks, a host hook or a
+   listener. The drivers (frame, begin_frame, run, reset, free) refuse then. */
+static bool busy(const luna_loop *loop) {
+  return loop->current >= 0 || loop->in_frame || loop->in_listener;
+}
+
+static bool valid_timing(int timing) {
+  return timing >= 0 && timing < LUNA_TIMING_COUNT;
+}
+
+/* ---- lifetime -------------------------------------------------------------- */
+
+int luna_loop_new(const luna_config *config, luna_loop **out) {
+  luna_config defaults;
+  luna__alloc alloc;
+  luna_loop *loop;
+  int t;
+  if (out == NULL)
+    return LUNA_EINVAL;
+  if (config == NULL) {
+    memset(&defaults, 0, sizeof defaults);
+    config = &defaults;
+  }
+  if (config->fixed_dt_ns < 0 || config->max_fixed_steps < 0)
+    return LUNA_EINVAL;
+  luna__alloc_init(&alloc, config->alloc, config->alloc_ud);
+  loop = luna__malloc(&alloc, sizeof *loop);
+  if (loop == NULL)
+    return LUNA_ENOMEM;
+  memset(loop, 0, sizeof *loop);
+  loop->alloc = alloc;
+  if (luna__inbox_init(&loop->inbox, &loop->alloc) != 0) {
+    luna__free(&alloc, loop, sizeof *loop);
+    return LUNA_ENOMEM;
+  }
+  for (t = 0; t < LUNA_TIMING_COUNT; t++)
+    memset(&loop->queues[t], 0, sizeof loop->queues[t]);
+  luna__timers_init(&loop->timers);
+  luna__runner_init(&loop->runner);
+  luna__clocks_init(&loop->clocks, config->realtime, config->realtime_ud);
+  loop->hook = config->hook;
+  loop->hook_ud = config->hook_ud;
+  loop->time_scale = 1.0;
+  loop->fixed_dt = config->fixed_dt_ns ? config->fixed_dt_ns : LUNA__DEFAULT_FIXED_DT;
+  loop->max_fixed_steps =
+      config->max_fixed_steps ? config->max_fixed_steps : LUNA__DEFAULT_MAX_FIXED_STEPS;
+  loop->current = -1;
+  *out = loop;
+  return 0;
+}
+
+/* Calls every listener registered before the dispatch began, in order.
+   Listeners removed meanwhile are only marked, then compacted here. */
+static void notify(luna_loop *loop, luna_event event) {
+  size_t i, j, n = loop->nlisteners;
+  loop->in_listener = true;
+  for (i = 0; i < n; i++) {
+    luna__listener l = loop->listeners[i];
+    if (l.fn != NULL)
+      l.fn(loop, event, l.ud);
+  }
+  loop->in_listener = false;
+  for (i = j = 0; i < loop->nlisteners; i++)
+    if (loop->listeners[i].fn != NULL)
+      loop->listeners[j++] = loop->listeners[i];
+  loop->nlisteners = j;
+}
+
+void luna_loop_free(luna_loop *loop) {
+  luna__alloc alloc;
+  int t;
+  /* From a callback this cannot report LUNA_ESTATE; doing nothing is the
+     only safe answer (the loop is still on the stack). */
+  if (loop == NULL || busy(loop))
+    return;
+  notify(loop, LUNA_EVENT_FREE);
+  alloc = loop->alloc;
+  for (t = 0; t < LUNA_TIMING_COUNT; t++)
+    luna__queue_free(&loop->queues[t], &alloc);
+  luna__inbox_free(&loop->inbox, &alloc);
+  luna__timers_free(&loop->timers, &alloc);
+  luna__runner_free(&loop->runner, &alloc);
+  luna__array_free(&alloc, (void **)&loop->listeners, &loop->listeners_cap,
+                   sizeof *loop->listeners);
+  luna__free(&alloc, loop, sizeof *loop);
+}
+
+int luna_loop_reset(luna_loop *loop) {
+  int t;
+  if (loop == NULL)
+    return LUNA_EINVAL;
+  if (busy(loop))
+    return LUNA_ESTATE;
+  notify(loop, LUNA_EVENT_RESET);
+  /* Posts stay: in the inbox, pending, and those already queued. */
+  for (t = 0; t < LUNA_TIMING_COUNT; t++)
+    luna__queue_drop(&loop->queues[t]);
+  luna__timers_drop(&loop->timers);
+  luna__runner_drop(&loop->runner);
+  loop->stop = false;
+  return 0;
+}
+
+int luna_loop_add_listener(luna_loop *loop, luna_listener_fn fn, void *ud) {
+  if (loop == NULL || fn == NULL)
+    return LUNA_EINVAL;
+  if (luna__grow(&loop->alloc, (void **)&loop->listeners, &loop->listeners_cap,
+                 sizeof *loop->listeners, loop->nlisteners + 1) != 0)
+    return LUNA_ENOMEM;
+  loop->listeners[loop->nlisteners].fn = fn;
+  loop->listeners[loop->nlisteners].ud = ud;
+  loop->nlisteners++;
+  return 0;
+}
+
+int luna_loop_remove_listener(luna_loop *loop, luna_listener_fn fn, void *ud) {
+  size_t i;
+  if (loop == NULL)
+    return LUNA_EINVAL;
+  for (i = 0; i < loop->nlisteners; i++) {
+    luna__listener *l = &loop->listeners[i];
+    if (l->fn != fn || l->ud != ud || fn == NULL)
+      continue;
+    if (loop->in_listener) {
+      l->fn = NULL; /* the dispatch is walking the array: mark only */
+    } else {
+      memmove(l, l + 1, (loop->nlisteners - i - 1) * sizeof *l);
+      loop->nlisteners--;
+    }
+    return 0;
+  }
+  return LUNA_ENOENT;
+}
+
+/* ---- the run of a timing ------------------------------------------------- */
+
+/* Step 3: the clocks the timers of each kind compare against. The realtime
+   source is read at most once per run, and only if a realtime timer waits. */
+static bool fire_timers(luna_loop *loop, int timing, uint64_t start_seq) {
+  luna_ns now[LUNA_TIMER_KIND_COUNT];
+  now[LUNA_TIMER_FRAME] = (luna_ns)loop->frame;
+  now[LUNA_TIMER_SCALED] = loop->clocks.scaled;
+  now[LUNA_TIMER_UNSCALED] = loop->clocks.unscaled;
+  now[LUNA_TIMER_REALTIME] =
+      luna__timers_has(&loop->timers, timing, LUNA_TIMER_REALTIME)
+          ? luna__clocks_realtime(&loop->clocks)
+          : 0;
+  now[LUNA_TIMER_FIXED] = loop->clocks.fixed;
+  return luna__timers_fire(&loop->timers, timing, now, start_seq, loop);
+}
+
+/* One run of `timing`: the four steps of loop.h, in order. */
+static int run_timing(luna_loop *loop, int timing) {
+  /* What exists now is what this run may call: timers with a later sequence
+     and items beyond this count were added during the run. */
+  uint64_t start_seq = luna__timers_seq(&loop->timers);
+  size_t nitems = loop->runner.items[timing].n;
+  bool stopped;
+
+  if (timing == LUNA_FIXED_UPDATE) {
+    loop->clocks.fixed = luna_ns_add(loop->clocks.fixed, loop->fixed_dt);
+    if (loop->fixed_steps_due > 0)
+      loop->fixed_steps_due--;
+    loop->in_fixed_step = true;
+    loop->fixed_steps_run++;
+  }
+  loop->current = timing;
+  loop->runner.active = timing;
+
+  luna__inbox_deliver(&loop->inbox, &loop->alloc, timing, &loop->queues[timing]);
+  stopped = luna__queue_drain(&loop->queues[timing], &loop->alloc, loop);
+  if (!stopped)
+    stopped = fire_timers(loop, timing, start_seq);
+  if (!stopped)
+    stopped = luna__runner_run(&loop->runner, timing, nitems, loop);
+
+  loop->runner.active = -1;
+  luna__runner_compact(&loop->runner, timing);
+  loop->current = -1;
+  if (timing == LUNA_LAST_FIXED_UPDATE)
+    loop->in_fixed_step = false;
+  if (stopped || loop->stop) {
+    loop->stop = false;
+    return LUNA_ESTOPPED;
+  }
+  return 0;
+}
+
+/* A first timing, the host hook, then its Last partner. */
+static int run_pair(luna_loop *loop, int timing) {
+  int rc = run_timing(loop, timing);
+  if (rc != 0)
+    return rc;
+  if (loop->hook != NULL) {
+    loop->hook(loop, (luna_timing)timing, loop->hook_ud);
+    if (loop->stop) {
+      loop->stop = false;
+      return LUNA_ESTOPPED;
+    }
+  }
+  return run_timing(loop, timing + 1);
+}
+
+/* ---- driving the frame --------------------------------------------------- */
+
+int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt) {
+  luna_ns scaled, steps;
+  if (loop == NULL || dt < 0)
+    return LUNA_EINVAL;
+  if (busy(loop))
+    return LUNA_ESTATE;
+  if (dt > LUNA_NS_MAX)
+    dt = LUNA_NS_MAX;
+  scaled = luna__scale_ns(dt, loop->time_scale);
+  loop->frame++;
+  loop->unscaled_delta = dt;
+  loop->delta = scaled;
+  loop->clocks.unscaled = luna_ns_add(loop->clocks.unscaled, dt);
+  loop->clocks.scaled = luna_ns_add(loop->clocks.scaled, scaled);
+  loop->in_fixed_step = false;
+
+  /* Fixed steps: all arithmetic in integer ns, so 1/60 s steps of a 0.05 s
+     frame are 2 in the first frame (50,000,000 < 3 * 16,666,667) and then 3
+     as the remainder builds up, exactly and repeatably. */
+  loop->accumulator = luna_ns_add(loop->accumulator, scaled);
+  steps = loop->accumulator / loop->fixed_dt;
+  loop->accumulator -= steps * loop->fixed_dt;
+  if (steps > loop->max_fixed_steps) {
+    luna_ns dropped = steps - loop->max_fixed_steps;
+    loop->dropped_fixed_steps += (uint64_t)dropped;
+    loop->dropped_fixed_ns = luna_ns_add(loop->dropped_fixed_ns, dropped * loop->fixed_dt);
+    steps = loop->max_fixed_steps;
+  }
+  loop->fixed_steps_due = (int)steps;
+  return 0;
+}
+
+int luna_loop_begin_frame(luna_loop *loop, double dt_seconds) {
+  luna_ns dt;
+  if (luna_seconds_to_ns(dt_seconds, &dt) != 0)
+    return LUNA_EINVAL;
+  return luna_loop_begin_frame_ns(loop, dt);
+}
+
+int luna_loop_frame_ns(luna_loop *loop, luna_ns dt) {
+  int rc, timing;
+  if (loop == NULL || dt < 0)
+    return LUNA_EINVAL;
+  if (busy(loop))
+    return LUNA_ESTATE;
+  rc = luna_loop_begin_frame_ns(loop, dt);
+  if (rc != 0)
+    return rc;
+  loop->in_frame = true;
+  for (timing = 0; timing < LUNA_TIMING_COUNT && rc == 0; timing += 2) {
+    if (timing == LUNA_FIXED_UPDATE) {
+      /* Once per fixed step due; each FixedUpdate run consumes one. */
+      while (rc == 0 && loop->fixed_steps_due > 0)
+        rc = run_pair(loop, timing);
+    } else {
+      rc = run_pair(loop, timing);
+    }
+  }
+  loop->in_frame = false;
+  return rc;
+}
+
+int luna_loop_frame(luna_loop *loop, double dt_seconds) {
+  luna_ns dt;
+  if (luna_seconds_to_ns(dt_seconds, &dt) != 0)
+    return LUNA_EINVAL;
+  return luna_loop_frame_ns(loop, dt);
+}
+
+int luna_loop_run(luna_loop *loop, luna_timing timing) {
+  if (loop == NULL || !valid_timing((int)timing))
+    return LUNA_EINVAL;
+  if (busy(loop))
+    return LUNA_ESTATE;
+  return run_timing(loop, (int)timing);
+}
+
+void luna_loop_stop(luna_loop *loop) {
+  if (loop != NULL && (loop->current >= 0 || loop->in_frame))
+    loop->stop = true;
+}
+
+int luna_loop_fixed_steps(const luna_loop *loop) { return loop->fixed_steps_due; }
+
+/* ---- clocks ---------------------------------------------------------------- */
+
+uint64_t luna_loop_frame_count(const luna_loop *loop) { return loop->frame; }
+
+luna_ns luna_loop_time(luna_loop *loop, luna_clock clock) {
+  switch (clock) {
+  case LUNA_CLOCK_SCALED:
+    return loop->clocks.scaled;
+  case LUNA_CLOCK_UNSCALED:
+    return loop->clocks.unscaled;
+  case LUNA_CLOCK_REALTIME:
+    return luna__clocks_realtime(&loop->clocks);
+  case LUNA_CLOCK_FIXED:
+    return loop->clocks.fixed;
+  default:
+    return 0;
+  }
+}
+
+luna_ns luna_loop_delta(const luna_loop *loop) {
+  return loop->in_fixed_step ? loop->fixed_dt : loop->delta;
+}
+
+luna_ns luna_loop_unscaled_delta(const luna_loop *loop) { return loop->unscaled_delta; }
+
+int luna_loop_set_time_scale(luna_loop *loop, double scale) {
+  if (isnan(scale) || isinf(scale) || scale < 0)
+    return LUNA_EINVAL;
+  loop->time_scale = scale;
+  return 0;
+}
+
+double luna_loop_time_scale(const luna_loop *loop) { return loop->time_scale; }
+
+int luna_loop_set_fixed_dt(luna_loop *loop, luna_ns fixed_dt) {
+  if (fixed_dt <= 0)
+    return LUNA_EINVAL;
+  loop->fixed_dt = fixed_dt;
+  return 0;
+}
+
+luna_ns luna_loop_fixed_dt(const luna_loop *loop) { return loop->fixed_dt; }
+
+int luna_loop_set_realtime_source(luna_loop *loop, luna_time_fn fn, void *ud) {
+  luna__clocks_set_source(&loop->clocks, fn, ud);
+  return 0;
+}
+
+int luna_loop_current_timing(const luna_loop *loop) { return loop->current; }
+
+void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out) {
+  int t;
+  memset(out, 0, sizeof *out);
+  out->frames = loop->frame;
+  out->fixed_steps = loop->fixed_steps_run;
+  out->dropped_fixed_steps = loop->dropped_fixed_steps;
+  out->dropped_fixed_ns = loop->dropped_fixed_ns;
+  for (t = 0; t < LUNA_TIMING_COUNT; t++) {
+    out->queued[t] = luna__queue_count(&loop->queues[t]) +
+                     luna__inbox_pending(&loop->inbox, t);
+    out->timers[t] = luna__timers_count(&loop->timers, t);
+    out->items[t] = luna__runner_count(&loop->runner, t);
+  }
+  out->posts_allocated = luna__u64_load_relaxed(&loop->inbox.allocated);
+}
+
+/* ---- one-shot continuations --------------------------------------------- */
+
+int luna_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg) {
+  if (loop == NULL || fn == NULL || !valid_timing((int)timing))
+    return LUNA_EINVAL;
+  return luna__queue_push(&loop->queues[timing], &loop->alloc, fn, arg, false);
+}
+
+size_t luna_purge(luna_loop *loop, luna_match_fn match, void *ud) {
+  size_t n = 0;
+  int t;
+  if (loop == NULL || match == NULL)
+    return 0;
+  for (t = 0; t < LUNA_TIMING_COUNT; t++)
+    n += luna__queue_purge(&loop->queues[t], match, ud);
+  return n;
+}
+
+int luna_post(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg) {
+  if (loop == NULL || fn == NULL || !valid_timing((int)timing))
+    return LUNA_EINVAL;
+  return luna__inbox_post(&loop->inbox, &loop->alloc, (int)timing, fn, arg);
+}
+
+/* ---- timers and items ------------------------------------------------------ */
+
+int luna_timer_add(luna_loop *loop, luna_timing timing, luna_timer_kind kind,
+                   int64_t deadline, luna_fn fn, void *arg, luna_timer_id *out) {
+  if (loop == NULL || fn == NULL || !valid_timing((int)timing) ||
+      (int)kind < 0 || kind >= LUNA_TIMER_KIND_COUNT)
+    return LUNA_EINVAL;
+  return luna__timers_add(&loop->timers, &loop->alloc, (int)timing, kind,
+                          deadline, fn, arg, out);
+}
+
+int luna_timer_cancel(luna_loop *loop, luna_timer_id id) {
+  if (loop == NULL)
+    return LUNA_EINVAL;
+  return luna__timers_cancel(&loop->timers, id);
+}
+
+int luna_item_add(luna_loop *loop, luna_timing timing, luna_step_fn step,
+                  void *arg, luna_item_id *out) {
+  if (loop == NULL || step == NULL || !valid_timing((int)timing))
+    return LUNA_EINVAL;
+  return luna__runner_add(&loop->runner, &loop->alloc, (int)timing, step, arg, out);
+}
+
+int luna_item_remove(luna_loop *loop, luna_item_id id) {
+  if (loop == NULL)
+    return LUNA_EINVAL;
+  return luna__runner_remove(&loop->runner, id);
+}

@@ -1,0 +1,71 @@
+/*
+** loop_internal.h: the loop's private state, shared by the core's modules.
+** Not installed; nothing outside src/core includes it except unit tests.
+*/
+#ifndef LUNA_LOOP_INTERNAL_H
+#define LUNA_LOOP_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "inbox.h"
+#include "lunaloop/error.h"
+#include "lunaloop/loop.h"
+#include "queue.h"
+#include "runner.h"
+#include "timer.h"
+
+/* Defaults for zero fields of luna_config. */
+#define LUNA__DEFAULT_FIXED_DT (20 * 1000 * 1000) /* 20 ms: 50 Hz */
+#define LUNA__DEFAULT_MAX_FIXED_STEPS 8
+
+typedef struct luna__listener {
+  luna_listener_fn fn; /* NULL: removed during a dispatch, compacted after */
+  void *ud;
+} luna__listener;
+
+struct luna_loop {
+  luna__alloc alloc;
+  luna__clocks clocks;
+  luna__queue queues[LUNA_TIMING_COUNT];
+  luna__inbox inbox;
+  luna__timers timers;
+  luna__runner runner;
+
+  luna__listener *listeners;
+  size_t nlisteners, listeners_cap;
+
+  luna_hook_fn hook;
+  void *hook_ud;
+
+  /* Frame and time. */
+  uint64_t frame;          /* frames begun */
+  double time_scale;       /* read at each begin_frame */
+  luna_ns delta;           /* scaled delta of the current frame */
+  luna_ns unscaled_delta;  /* unscaled delta of the current frame */
+  luna_ns fixed_dt;        /* > 0 */
+  luna_ns accumulator;     /* scaled time not yet consumed by fixed steps */
+  int max_fixed_steps;     /* > 0 */
+  int fixed_steps_due;     /* steps left in this frame */
+  bool in_fixed_step;      /* from a FixedUpdate run to its LastFixedUpdate */
+
+  /* Reentrancy: which driver or callback is on the stack. */
+  int current;             /* timing running now, or -1 */
+  bool in_frame;           /* inside luna_loop_frame (hooks included) */
+  bool in_listener;        /* dispatching reset/free to listeners */
+  bool stop;               /* luna_loop_stop was called during a run */
+
+  /* Statistics (see luna_loop_stats). */
+  uint64_t fixed_steps_run;
+  uint64_t dropped_fixed_steps;
+  luna_ns dropped_fixed_ns;
+};
+
+/* True once luna_loop_stop was called in the current run: the modules check
+   it after every callback and return at once, keeping what is left. */
+static inline bool luna__loop_stopping(const luna_loop *loop) {
+  return loop->stop;
+}
+
+#endif

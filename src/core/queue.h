@@ -1,0 +1,61 @@
+/*
+** queue.h: the per-timing queue of one-shot continuations.
+**
+** Double buffered: `wait` collects what is queued for the timing's next run;
+** at the start of step 2 of a run the loop swaps it with `run`, the array it
+** then drains. So anything queued while the timing drains lands in `wait`
+** and runs at the next run, never in the same drain, and the two arrays keep
+** their capacity across runs: after warm-up, queueing allocates nothing.
+**
+** When luna_loop_stop interrupts a drain, the entries of `run` not yet called
+** stay there; the next drain runs them first, then what `wait` holds, so the
+** queue stays FIFO across the stop.
+**
+** Loop thread only; no locks. Cross-thread posts enter through inbox.c.
+*/
+#ifndef LUNA_QUEUE_H
+#define LUNA_QUEUE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "alloc.h"
+#include "lunaloop/loop.h"
+
+typedef struct luna__entry {
+  luna_fn fn;
+  void *arg;
+  bool posted; /* came from luna_post: kept by reset and purge */
+} luna__entry;
+
+typedef struct luna__queue {
+  luna__entry *run;  /* being drained: [run_head, run_n) not yet called */
+  size_t run_head, run_n, run_cap;
+  luna__entry *wait; /* for the next run, in FIFO order */
+  size_t wait_n, wait_cap;
+} luna__queue;
+
+/* Appends fn(arg) for the next run. 0 or LUNA_ENOMEM. */
+int luna__queue_push(luna__queue *q, const luna__alloc *a, luna_fn fn, void *arg,
+                     bool posted);
+
+/* Step 2 of a run: calls, in order, the entries left by a stopped drain and
+   then those queued before this drain began. Returns true when
+   luna_loop_stop interrupted it (the rest stays queued). */
+bool luna__queue_drain(luna__queue *q, const luna__alloc *a, luna_loop *loop);
+
+/* Entries waiting (left over and queued). */
+size_t luna__queue_count(const luna__queue *q);
+
+/* Removes the entries (posts excepted) for which match is true, keeping the
+   order of the rest. Safe even while this queue drains: the drain re-reads
+   its bounds after every call. Returns how many were removed. */
+size_t luna__queue_purge(luna__queue *q, luna_match_fn match, void *ud);
+
+/* Drops every entry except posts (luna_loop_reset). */
+void luna__queue_drop(luna__queue *q);
+
+/* Frees both arrays. */
+void luna__queue_free(luna__queue *q, const luna__alloc *a);
+
+#endif
