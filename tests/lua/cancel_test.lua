@@ -1,0 +1,206 @@
+-- cancel_test.lua: cancellation (DESIGN §3 "Cancellation is an error value
+-- of its own", §6 "Errors and cancellation").
+local H = require "harness"
+
+H.case("case_c07_cancelled_never_resumed", function()
+  local reports, restore = H.capture_errors()
+  local after = false
+  local t = task.spawn(function() task.delay(2); after = true end)
+  H.frames(10, 0.1)                        -- 1 s
+  task.cancel(t)                            -- the host cancels
+  H.frames(20, 0.1)                         -- 2 more seconds
+  restore()
+  H.eq({after, t:status(), #reports}, {false, "cancelled", 0})
+end)
+
+H.case("case_c16_close_sees_the_error_then_the_cancellation", function()
+  local log = {}
+  local function closer(tag)
+    return setmetatable({}, {__close = function(_, err)
+      log[#log + 1] = {tag, task.is_cancelled(err) and "cancelled" or tostring(err), task.frame()}
+    end})
+  end
+  local reports, restore = H.capture_errors()
+  local F = task.frame()
+  task.spawn(function()
+    local r <close> = closer("fail")
+    task.yield()
+    error("boom", 0)
+  end)
+  local t = task.spawn(function()
+    local r <close> = closer("cancel")
+    task.delay(10)
+  end)
+  H.frames(2)
+  t:cancel()
+  restore()
+  H.eq(log, {{"fail", "boom", F + 1}, {"cancel", "cancelled", F + 2}})
+  H.eq(#reports, 1, "only the failure is reported")
+end)
+
+H.case("awaiting_a_cancelled_task_raises_the_cancellation_error", function()
+  local got
+  local target = task.spawn(function() task.delay(5) end)
+  task.spawn(function()
+    local ok, err = pcall(task.await, target)
+    got = {ok, task.is_cancelled(err), task.is_timeout(err), tostring(err)}
+  end)
+  target:cancel()
+  H.eq(got, {false, true, false, "task cancelled"})
+  -- awaiting it after it settled raises at once
+  task.spawn(function()
+    local ok, err = pcall(task.await, target)
+    got = {ok, task.is_cancelled(err)}
+  end)
+  H.eq(got, {false, true})
+end)
+
+H.case("cancellation_is_never_reported_and_ends_awaiters_cancelled", function()
+  local reports, restore = H.capture_errors()
+  local target = task.spawn(function() task.delay(5) end)
+  local awaiter = task.spawn(function() task.await(target) end)
+  target:cancel()
+  H.frames(1)
+  restore()
+  H.eq({target:status(), awaiter:status(), #reports}, {"cancelled", "cancelled", 0})
+end)
+
+H.case("cancelling_the_running_task_unwinds_it_at_once", function()
+  local log = {}
+  local t
+  t = task.spawn(function()
+    local r <close> = setmetatable({}, {__close = function(_, e)
+      log[#log + 1] = task.is_cancelled(e) and "close:cancelled" or "close:" .. tostring(e)
+    end})
+    task.cancel(task.current())
+    log[#log + 1] = "not reached"
+  end)
+  H.eq({log, t:status()}, {{"close:cancelled"}, "cancelled"})
+end)
+
+H.case("a_task_that_catches_its_cancellation_keeps_getting_it", function()
+  local log = {}
+  local t = task.spawn(function()
+    local ok, err = pcall(task.delay, 10)
+    log[#log + 1] = {"first", ok, task.is_cancelled(err)}
+    ok, err = pcall(task.yield)
+    log[#log + 1] = {"second", ok, task.is_cancelled(err)}
+    ok, err = pcall(task.wait_until, function() return true end)
+    log[#log + 1] = {"third", ok, task.is_cancelled(err)}
+    return "finished anyway"
+  end)
+  t:cancel()
+  H.eq(log, {{"first", false, true}, {"second", false, true}, {"third", false, true}})
+  H.eq(t:status(), "cancelled")
+  local ok, err = t:result()
+  H.eq({ok, task.is_cancelled(err)}, {false, true})
+end)
+
+H.case("cancel_returns_after_target_unwound", function()
+  local log = {}
+  local t = task.spawn(function()
+    local r <close> = setmetatable({}, {__close = function() log[#log + 1] = "closed" end})
+    task.yield()
+  end)
+  task.cancel(t)
+  log[#log + 1] = "cancel returned"
+  H.eq(log, {"closed", "cancel returned"})
+end)
+
+H.case("cancel_from_close_handler_is_queued_and_finished_before_outer_returns", function()
+  local log = {}
+  local b = task.spawn(function()
+    local r <close> = setmetatable({}, {__close = function() log[#log + 1] = "b closed" end})
+    task.yield()
+  end)
+  local a = task.spawn(function()
+    local r <close> = setmetatable({}, {__close = function()
+      task.cancel(b)
+      log[#log + 1] = "b reads " .. b:status()
+    end})
+    task.yield()
+  end)
+  task.cancel(a)
+  log[#log + 1] = "outer returned"
+  H.eq(log, {"b reads cancelled", "b closed", "outer returned"})
+end)
+
+H.case("two_hundred_chained_cancels", function()
+  local n = 200
+  local tasks, closed = {}, 0
+  for i = 1, n do
+    tasks[i] = task.spawn(function()
+      local r <close> = setmetatable({}, {__close = function()
+        closed = closed + 1
+        if tasks[i + 1] then task.cancel(tasks[i + 1]) end
+      end})
+      task.delay(100)
+    end)
+  end
+  task.cancel(tasks[1])
+  H.eq(closed, n)
+  for i = 1, n do H.eq(tasks[i]:status(), "cancelled", "task " .. i) end
+end)
+
+H.case("cancelled_task_is_not_resumed_by_pending_yield_predicate_or_timer", function()
+  local resumed = 0
+  local calls = 0
+  local t1 = task.spawn(function() task.yield(); resumed = resumed + 1 end)
+  local t2 = task.spawn(function() task.wait_until(function() calls = calls + 1; return true end); resumed = resumed + 1 end)
+  local t3 = task.spawn(function() task.delay(0); resumed = resumed + 1 end)
+  local t4 = task.spawn_at("Update", function() resumed = resumed + 1 end)
+  t1:cancel(); t2:cancel(); t3:cancel(); t4:cancel()
+  H.frames(3)
+  H.eq({resumed, calls}, {0, 0})
+  H.eq({t1:status(), t2:status(), t3:status(), t4:status()},
+    {"cancelled", "cancelled", "cancelled", "cancelled"})
+end)
+
+H.case("cancel_a_woken_task_before_it_runs", function()
+  -- B and C await A; when A finishes both are woken; B's resume cancels C
+  -- before C runs: C must end cancelled and never see A's results.
+  local log = {}
+  local c
+  local a = task.spawn(function() task.yield(); return "A" end)
+  task.spawn(function() log[#log + 1] = "B got " .. task.await(a); c:cancel() end)
+  c = task.spawn(function() log[#log + 1] = "C got " .. task.await(a) end)
+  H.frames(1)
+  H.eq(log, {"B got A"})
+  H.eq(c:status(), "cancelled")
+end)
+
+H.case("close_variable_of_a_task_cancels_it_at_scope_exit", function()
+  local t
+  do
+    local tt <close> = task.spawn(function() task.delay(10) end)
+    t = tt
+    H.eq(t:status(), "suspended")
+  end
+  H.eq(t:status(), "cancelled")
+end)
+
+H.case("cancel_settled_task_does_nothing", function()
+  local t = task.spawn(function() return 1 end)
+  t:cancel()
+  H.eq({t:status(), select(2, t:result())}, {"done", 1})
+end)
+
+H.case("reset_cancels_every_task_and_nothing_resumes_afterwards", function()
+  local log = {}
+  for i = 1, 3 do
+    task.spawn(function()
+      local r <close> = setmetatable({}, {__close = function(_, e)
+        log[#log + 1] = i .. (task.is_cancelled(e) and ":cancelled" or ":?")
+      end})
+      task.delay(0.1)
+      log[#log + 1] = "resumed " .. i
+    end)
+  end
+  local h = task.on("Update", function() log[#log + 1] = "callback" end)
+  testhost.reset()
+  H.frames(10, 0.1)
+  H.eq(log, {"1:cancelled", "2:cancelled", "3:cancelled"})
+  H.eq({testhost.task_count(), testhost.callback_count(), h:active()}, {0, 0, false})
+end)
+
+H.run()
