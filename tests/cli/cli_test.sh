@@ -216,10 +216,13 @@ case_realtime_pacing() {
 }
 
 # Ctrl-C: exit 130 after cancelling every task, to-be-closed variables run.
-# --preserve-status makes timeout return lunaloop's own status.
+# --preserve-status makes timeout return lunaloop's own status. --foreground
+# matters: without it timeout sends SIGINT twice (to the child, then to its
+# whole process group), and a second Ctrl-C is meant to kill at once, so the
+# test would race between a clean exit and a kill.
 case_interrupt_yielding() {
   status=0
-  timeout --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever.lua" >"$OUT" 2>"$ERR" </dev/null ||
+  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever.lua" >"$OUT" 2>"$ERR" </dev/null ||
     status=$?
   expect_status 130
   expect_out '^started$'
@@ -229,7 +232,7 @@ case_interrupt_yielding() {
 
 case_interrupt_busy() {
   status=0
-  timeout --preserve-status -s INT 1 "$LUNALOOP" run "$S/busy.lua" >"$OUT" 2>"$ERR" </dev/null ||
+  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/busy.lua" >"$OUT" 2>"$ERR" </dev/null ||
     status=$?
   expect_status 130
   expect_out '^started$'
