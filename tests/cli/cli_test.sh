@@ -203,6 +203,21 @@ case_callbacks_keep_alive() {
   expect_stdout "main done" "tick${T}1" "tick${T}2" "tick${T}3"
 }
 
+case_fixed_hz() {
+  ll run --fast "$S/fixed.lua"
+  expect_status 0
+  expect_stdout "fixed steps${T}50${T}1.0"
+  ll run --fast --fixed-hz 10 "$S/fixed.lua"
+  expect_status 0
+  expect_stdout "fixed steps${T}10${T}1.0"
+}
+
+case_callback_error() {
+  ll run --fast --frames 10 "$S/callback_error.lua"
+  expect_status 1
+  expect_err 'callback boom'
+}
+
 case_realtime_pacing() {
   local t0 t1 frames
   t0=$(date +%s%N)
