@@ -74,6 +74,8 @@ static void print_version(void) {
   printf(LUNA_PROGNAME " %s (%s)\n", LUNA_VERSION_STRING, LUA_RELEASE);
 }
 
+/* Answers --help and --version, or runs the command named by the first word
+   that is not an option; returns its exit status (cli.h lists them). */
 int main(int argc, char **argv) {
   static const struct option options[] = {
     {"help", no_argument, NULL, 'h'},
