@@ -73,8 +73,7 @@ bool luna__is_timeout_error(lua_State *L, int idx) {
    unchanged (so handlers see exactly what was raised) and stores the
    traceback aside, for luna__push_last_traceback. */
 int luna__msgh(lua_State *L) {
-  const char *msg = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
-  luaL_traceback(L, L, msg, 1);
+  luaL_traceback(L, L, NULL, 1);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &traceback_key);
   lua_settop(L, 1);
   return 1;

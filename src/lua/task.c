@@ -237,8 +237,7 @@ static void finish_error(luna__binding *b, luna__task *t) {
   err = lua_gettop(L);
   cancelled = luna__is_cancel_error(L, err);
   if (!cancelled) {
-    const char *msg = lua_type(L, err) == LUA_TSTRING ? lua_tostring(L, err) : NULL;
-    luaL_traceback(L, t->co, msg, 0);
+    luaL_traceback(L, t->co, NULL, 0);
   } else {
     lua_pushnil(L);
   }

@@ -1,0 +1,231 @@
+-- error_test.lua: failures, reports, tracebacks and misuse (DESIGN §3
+-- "Rules that matter", §6 "Errors and cancellation").
+local H = require "harness"
+local SRC = debug.getinfo(1, "S").short_src
+
+H.case("case_c08_each_unawaited_failure_reported_once_in_its_frame", function()
+  local reports, restore = H.capture_errors()
+  local F = task.frame()
+  local line1 = debug.getinfo(1, "l").currentline + 1
+  local t1 = task.spawn(function() error("first") end)
+  local line2 = debug.getinfo(1, "l").currentline + 1
+  local t2 = task.spawn(function() task.yield(); error("second") end)
+  H.frames(3)
+  restore()
+  H.eq(#reports, 2, "reports")
+  H.has(reports[1].err, "first"); H.eq(reports[1].frame, F, "first fails before the frame")
+  H.has(reports[2].err, "second"); H.eq(reports[2].frame, F + 1, "second fails in the next frame")
+  H.has(reports[1].tb, SRC .. ":" .. line1 .. ":")
+  H.has(reports[2].tb, SRC .. ":" .. line2 .. ":")
+  H.eq({reports[1].task, reports[2].task}, {t1, t2}, "the failing tasks are passed")
+  H.eq({t1:status(), t2:status()}, {"failed", "failed"})
+end)
+
+H.case("case_c12_raising_predicate_fails_its_task_other_predicates_still_run", function()
+  local reports, restore = H.capture_errors()
+  local F = task.frame()
+  local calls = {}
+  local a = task.spawn(function()
+    task.wait_until(function()
+      if task.frame() == F + 3 then error("pred boom", 0) end
+      return false
+    end)
+  end)
+  local b = task.spawn(function()
+    task.wait_until(function() calls[#calls + 1] = task.frame() - F; return false end)
+  end)
+  H.frames(4)
+  restore()
+  H.eq({a:status(), #reports, reports[1] and reports[1].err, reports[1] and reports[1].frame},
+    {"failed", 1, "pred boom", F + 3})
+  H.eq(calls, {1, 2, 3, 4}, "the other predicate is called every frame including 3")
+  b:cancel()
+end)
+
+H.case("raising_predicate_is_catchable_around_the_await", function()
+  local got
+  task.spawn(function()
+    local ok, err = pcall(task.wait_while, function() error({code = 7}) end)
+    got = {ok, type(err) == "table" and err.code}
+  end)
+  H.frames(1)
+  H.eq(got, {false, 7})
+end)
+
+H.case("predicates_are_never_called_synchronously", function()
+  local calls = 0
+  local t = task.spawn(function() task.wait_until(function() calls = calls + 1; return true end) end)
+  H.eq({calls, t:status()}, {0, "suspended"})
+  H.frames(1)
+  H.eq({calls, t:status()}, {1, "done"})
+  -- wait_while resumes when the predicate turns false
+  local n = 0
+  local w = task.spawn(function() task.wait_while(function() n = n + 1; return n < 3 end) end)
+  H.frames(2)
+  H.eq({n, w:status()}, {2, "suspended"})
+  H.frames(1)
+  H.eq({n, w:status()}, {3, "done"})
+end)
+
+H.case("case_c13_await_across_c_call_boundary_then_no_stale_wakeup", function()
+  local got = {}
+  task.spawn(function()
+    local ok, err = xpcall(function()
+      table.sort({3, 1, 2}, function(x, y) task.delay(0); return x < y end)
+    end, function(e) return e end)
+    got.ok, got.err = ok, err
+    local F = task.frame()
+    task.delay(0.2)
+    got.frames = task.frame() - F
+  end)
+  H.frames(20, 1 / 60)
+  H.eq(got.ok, false)
+  H.has(got.err, "task.delay: attempt to await across a C-call boundary")
+  H.eq(got.frames, 12, "0.2 s at 60 Hz is 12 frames, not 1 (no stale wake-up)")
+end)
+
+H.case("case_c14_traceback_names_the_raising_function_and_the_entry", function()
+  local reports, restore = H.capture_errors()
+  local raise_line = debug.getinfo(1, "l").currentline + 1
+  local function inner() task.yield(); error("boom") end
+  local call_line = debug.getinfo(1, "l").currentline + 1
+  local function entry() inner() end
+  task.spawn(entry)
+  H.frames(1)
+  restore()
+  H.eq(#reports, 1)
+  H.has(reports[1].err, "boom")
+  H.has(reports[1].tb, SRC .. ":" .. raise_line .. ": in ")
+  H.has(reports[1].tb, SRC .. ":" .. call_line .. ": in ")
+  H.has(reports[1].tb, "inner")
+end)
+
+H.case("case_c15_one_failing_task_does_not_stop_the_others", function()
+  local reports, restore = H.capture_errors()
+  local F = task.frame()
+  local frames = {}
+  local a = task.spawn(function()
+    while true do task.next_frame(); frames[#frames + 1] = task.frame() - F end
+  end)
+  task.spawn(function() task.delay_frame(2); error("B broke") end)
+  for _ = 1, 5 do H.eq(task.step(), task.frame(), "step returns normally") end
+  restore()
+  H.eq(frames, {1, 2, 3, 4, 5})
+  H.eq(#reports, 1)
+  a:cancel()
+end)
+
+H.case("error_value_is_kept_unchanged_and_reraised_by_await", function()
+  local errobj = setmetatable({}, {__tostring = function() return "custom error" end})
+  local failing = task.spawn(function() task.yield(); error(errobj) end)
+  local got
+  task.spawn(function()
+    local ok, err = pcall(task.await, failing)
+    got = {ok, rawequal(err, errobj)}
+  end)
+  H.frames(1)
+  H.eq(got, {false, true})
+  local ok, err = failing:result()
+  H.eq({ok, rawequal(err, errobj), failing:status()}, {false, true, "failed"})
+  H.has(failing:traceback(), "stack traceback:")
+end)
+
+H.case("awaited_failure_goes_to_the_awaiter_not_the_handler", function()
+  local reports, restore = H.capture_errors()
+  local failing = task.spawn(function() task.yield(); error("mine") end)
+  task.spawn(function() pcall(task.await, failing) end)
+  H.frames(1)
+  restore()
+  H.eq(#reports, 0)
+end)
+
+H.case("awaiter_that_dies_from_an_error_is_reported_itself", function()
+  local reports, restore = H.capture_errors()
+  local failing = task.spawn(function() task.yield(); error("deep", 0) end)
+  local awaiter = task.spawn(function() task.await(failing) end)
+  H.frames(1)
+  restore()
+  H.eq({#reports, reports[1].err, reports[1].task == awaiter}, {1, "deep", true})
+end)
+
+H.case("on_error_returns_previous_and_nil_restores_default", function()
+  local function h1() end
+  local function h2() end
+  H.eq(task.on_error(h1), nil, "default is nil")
+  H.eq(task.on_error(h2), h1)
+  H.eq(task.on_error(nil), h2)
+  H.eq(task.on_error(nil), nil)
+end)
+
+H.case("a_failing_error_handler_does_not_break_the_loop", function()
+  task.on_error(function() error("handler broke") end)
+  local before = testhost.error_count()
+  task.spawn(function() error("x") end)
+  H.eq(testhost.error_count(), before + 1, "still counted")
+  task.on_error(nil)
+end)
+
+H.case("await_outside_a_task_raises_a_clear_error", function()
+  H.has(H.raises(function() task.yield() end), "task.yield: not inside a task")
+  H.has(H.raises(function() task.delay(1) end), "task.delay: not inside a task")
+  local got
+  task.spawn(function()
+    local co = coroutine.create(function() task.next_frame() end)
+    local ok, err = coroutine.resume(co)
+    got = {ok, err}
+  end)
+  H.eq(got[1], false)
+  H.has(got[2], "task.next_frame: called from a coroutine that is not a task")
+end)
+
+H.case("plain_coroutine_generators_keep_working_inside_a_task", function()
+  local got = {}
+  task.spawn(function()
+    local gen = coroutine.wrap(function() for i = 1, 3 do coroutine.yield(i) end end)
+    got[#got + 1] = gen()
+    task.yield()
+    got[#got + 1] = gen()
+    got[#got + 1] = gen()
+  end)
+  H.frames(1)
+  H.eq(got, {1, 2, 3})
+end)
+
+H.case("bare_coroutine_yield_in_a_task_fails_it_with_advice", function()
+  local reports, restore = H.capture_errors()
+  local log = {}
+  local t = task.spawn(function()
+    local r <close> = setmetatable({}, {__close = function(_, e) log[#log + 1] = tostring(e) end})
+    coroutine.yield("stray")
+    log[#log + 1] = "not reached"
+  end)
+  restore()
+  H.eq(t:status(), "failed")
+  H.eq(#reports, 1)
+  H.has(reports[1].err, "use a task.* await")
+  H.eq(#log, 1); H.has(log[1], "use a task.* await")
+end)
+
+H.case("result_is_pcall_shaped_and_raises_before_settling", function()
+  local t = task.spawn(function() task.yield(); return 1, nil, "three" end)
+  H.has(H.raises(function() t:result() end), "has not settled")
+  H.frames(1)
+  H.eq(table.pack(t:result()), {n = 4, true, 1, nil, "three"})
+end)
+
+H.case("a_task_cannot_await_itself_or_a_cycle", function()
+  local got = {}
+  local a, b
+  a = task.spawn(function()
+    got.self = select(2, pcall(task.await, task.current()))
+    task.yield()
+    got.cycle = select(2, pcall(task.await, b))
+  end)
+  b = task.spawn(function() task.await(a) end)
+  H.frames(1)
+  H.has(got.self, "cannot await itself")
+  H.has(got.cycle, "await cycle")
+  b:cancel()
+end)
+
+H.run()

@@ -1,0 +1,180 @@
+/*
+** test_binding.c: the binding from the host's side: several Lua states on one
+** loop, closing a state, freeing the loop first, luna_lua_spawn, exit and
+** error counts. Each test ends with nothing leaked (ASan checks the heap).
+*/
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "lunaloop.h"
+#include "lunaloop_lua.h"
+
+static lua_State *new_state(luna_loop *loop) {
+  lua_State *L = luaL_newstate();
+  luaL_openlibs(L);
+  assert_int_equal(luna_lua_attach(L, loop), 0);
+  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
+  lua_setglobal(L, "task");
+  return L;
+}
+
+static void run(lua_State *L, const char *code) {
+  if (luaL_dostring(L, code) != LUA_OK)
+    fail_msg("lua: %s", lua_tostring(L, -1));
+}
+
+static lua_Integer global_int(lua_State *L, const char *name) {
+  lua_Integer v;
+  lua_getglobal(L, name);
+  v = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Two states share a loop; closing one cancels its tasks (to-be-closed
+   variables run inside the closing state) and the loop never calls into it
+   again, while the other state's task keeps running. */
+static void closing_a_state_cancels_only_its_tasks(void **state) {
+  luna_loop *loop;
+  lua_State *a, *b;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  a = new_state(loop);
+  b = new_state(loop);
+  run(a, "closed = 0; ticks = 0\n"
+         "task.spawn(function()\n"
+         "  local r <close> = setmetatable({}, {__close = function(_, e)\n"
+         "    if task.is_cancelled(e) then io.write('a closed\\n') end end})\n"
+         "  while true do task.yield(); ticks = ticks + 1 end\n"
+         "end)\n"
+         "task.on('Update', function() ticks = ticks + 1 end)\n");
+  run(b, "ticks = 0; task.spawn(function() while true do task.yield(); ticks = ticks + 1 end end)");
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  assert_int_equal(global_int(a, "ticks"), 2);
+  assert_int_equal(luna_lua_task_count(a), 1);
+  lua_close(a);
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  assert_int_equal(global_int(b, "ticks"), 3);
+  lua_close(b);
+  luna_loop_free(loop);
+}
+
+/* luna_lua_cancel_all: to-be-closed variables see the cancellation error. */
+static void cancel_all_runs_close_handlers_with_cancellation(void **state) {
+  luna_loop *loop;
+  lua_State *a;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  a = new_state(loop);
+  run(a, "seen = 'none'\n"
+         "task.spawn(function()\n"
+         "  local r <close> = setmetatable({}, {__close = function(_, e)\n"
+         "    seen = task.is_cancelled(e) and 'cancelled' or tostring(e)\n"
+         "  end})\n"
+         "  task.delay(100)\n"
+         "end)\n");
+  assert_int_equal(luna_lua_cancel_all(a), 1);
+  lua_getglobal(a, "seen");
+  assert_string_equal(lua_tostring(a, -1), "cancelled");
+  lua_pop(a, 1);
+  lua_close(a);
+  luna_loop_free(loop);
+}
+
+/* Freeing the loop before closing the state: tasks are cancelled at free,
+   and the module raises a clear error afterwards. */
+static void freeing_the_loop_first_cancels_tasks_and_module_reports_it(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_state(loop);
+  run(L, "state = 'running'\n"
+         "t = task.spawn(function()\n"
+         "  local r <close> = setmetatable({}, {__close = function() state = 'closed' end})\n"
+         "  task.delay(100)\n"
+         "end)\n");
+  luna_loop_free(loop);
+  run(L, "assert(state == 'closed', state)\n"
+         "assert(t:status() == 'cancelled')\n"
+         "local ok, err = pcall(task.spawn, print)\n"
+         "assert(not ok and err:find('the loop was freed'), err)\n");
+  assert_null(luna_lua_loop(L));
+  lua_close(L);
+}
+
+/* luna_lua_spawn runs the function as a task named as given, and refuses
+   what is not a function. */
+static void spawn_from_c_and_counts(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  int code = 0;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_state(loop);
+  lua_pushinteger(L, 1);
+  assert_int_equal(luna_lua_spawn(L, 0, NULL), LUNA_EINVAL);
+  lua_settop(L, 0);
+  {
+    const char *src = "local n = ... ; task.yield(); error('bad ' .. n)";
+    assert_int_equal(luaL_loadbuffer(L, src, strlen(src), "=worker.lua"), LUA_OK);
+  }
+  lua_pushinteger(L, 7);
+  assert_int_equal(luna_lua_spawn(L, 1, "worker"), 0);
+  assert_int_equal(lua_gettop(L), 1); /* the Task */
+  lua_settop(L, 0);
+  assert_int_equal(luna_lua_task_count(L), 1);
+  assert_int_equal(luna_lua_error_count(L), 0);
+  run(L, "task.on_error(function(err, tb, t) last = t.name .. ': ' .. err end)");
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  assert_int_equal(luna_lua_task_count(L), 0);
+  assert_int_equal(luna_lua_error_count(L), 1);
+  lua_getglobal(L, "last");
+  assert_string_equal(lua_tostring(L, -1), "worker: worker.lua:1: bad 7");
+  lua_pop(L, 1);
+  assert_false(luna_lua_exit_requested(L, &code));
+  run(L, "task.spawn(function() task.exit(4) end)");
+  assert_true(luna_lua_exit_requested(L, &code));
+  assert_int_equal(code, 4);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
+/* task.exit stops the frame: timings after the one that called it do not run
+   in that frame. */
+static void exit_stops_the_frame(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_state(loop);
+  run(L, "late = false\n"
+         "task.spawn(function() task.yield('Update'); task.exit() end)\n"
+         "task.spawn(function() task.yield('LastUpdate'); late = true end)\n");
+  assert_int_equal(luna_loop_frame(loop, 0.016), LUNA_ESTOPPED);
+  lua_getglobal(L, "late");
+  assert_false(lua_toboolean(L, -1));
+  lua_pop(L, 1);
+  assert_int_equal(luna_lua_cancel_all(L), 1);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(closing_a_state_cancels_only_its_tasks),
+      cmocka_unit_test(cancel_all_runs_close_handlers_with_cancellation),
+      cmocka_unit_test(freeing_the_loop_first_cancels_tasks_and_module_reports_it),
+      cmocka_unit_test(spawn_from_c_and_counts),
+      cmocka_unit_test(exit_stops_the_frame),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
