@@ -1,0 +1,48 @@
+-- stock_lua.lua: the module loaded by a stock lua5.4 (LUA_CPATH points at
+-- the built lunaloop.so), driving frames itself with task.step and task.run.
+local task = require "lunaloop"
+assert(require "lunaloop" == task, "require returns the same table")
+local failures = 0
+local function check(cond, what)
+  if not cond then failures = failures + 1; io.stderr:write("FAIL: ", what, "\n") end
+end
+
+check(task.frame() == 0, "frame 0 before any step")
+local log = {}
+task.spawn(function()
+  task.delay(0.5)
+  log[#log + 1] = task.frame()
+end)
+check(task.step(0.25) == 1, "step returns the frame")
+check(task.step(0.25) == 2, "second step")
+check(log[1] == 2, "delay(0.5) at dt 0.25 resumes in frame 2")
+
+-- task.run{fast=true}: frames back to back at 1/hz until nothing is alive.
+local done_at
+task.spawn(function() task.delay(1); done_at = task.frame() end)
+local start = task.frame()
+check(task.run{fast = true, hz = 10} == 0, "run returns 0")
+check(done_at == start + 10, "delay(1) at 10 Hz takes 10 frames, got " .. tostring(done_at and done_at - start))
+
+-- task.exit inside run: the code comes back, remaining tasks are cancelled.
+local closed = false
+task.spawn(function()
+  local r <close> = setmetatable({}, {__close = function() closed = true end})
+  task.delay(100)
+end)
+task.spawn(function() task.delay(0.2); task.exit(3) end)
+check(task.run{fast = true} == 3, "run returns the exit code")
+check(closed, "remaining task cancelled, to-be-closed ran")
+
+-- run with a frame limit
+task.spawn(function() while true do task.yield() end end)
+check(task.run{fast = true, frames = 5} == 0, "frames limit")
+
+-- driving from inside a task is refused
+task.spawn(function()
+  local ok, err = pcall(task.step)
+  check(not ok and err:find("cannot drive the loop from inside a task"), "step inside a task")
+end)
+
+print(failures == 0 and "1 passed, 0 failed" or "0 passed, 1 failed")
+os.exit(failures == 0 and 0 or 1)
