@@ -61,7 +61,10 @@ typedef void (*luna_listener_fn)(luna_loop *loop, luna_event event, void *ud);
 typedef struct luna_config {
   luna_ns fixed_dt_ns;   /* fixed step length; 0: 20 ms (50 Hz) */
   int max_fixed_steps;   /* cap of fixed steps per frame; 0: 8 */
-  luna_alloc_fn alloc;   /* NULL: the C library's realloc/free */
+  luna_alloc_fn alloc;   /* NULL: the C library's realloc/free. luna_post
+                            calls it from the posting thread when the
+                            1024-node pool is empty: it must then be
+                            thread safe (frees stay on the loop thread). */
   void *alloc_ud;
   luna_time_fn realtime; /* NULL: CLOCK_MONOTONIC */
   void *realtime_ud;
@@ -161,8 +164,10 @@ LUNA_API int luna_loop_set_fixed_dt(luna_loop *loop, luna_ns fixed_dt);
 LUNA_API luna_ns luna_loop_fixed_dt(const luna_loop *loop);
 
 /* Replaces the realtime source (NULL restores CLOCK_MONOTONIC). The realtime
-   clock keeps reading 0 at the moment of the switch and advances with the
-   new source from there. Returns 0. */
+   clock goes on from the last value it returned (0 if it was never read, so
+   a source installed right after luna_loop_new reads 0 then, like one given
+   in luna_config) and advances with the new source from there: it never
+   runs backwards as observed. Returns 0. */
 LUNA_API int luna_loop_set_realtime_source(luna_loop *loop, luna_time_fn fn, void *ud);
 
 /* The timing running now, or -1 outside any run. */
