@@ -16,7 +16,9 @@ typedef _Atomic(uint32_t) luna__atomic_u32;
 /* ---- pointer stacks (the per-timing inbox) ------------------------------- */
 
 /* Relaxed: the producer only copies the old head into its node's next field;
-   it never dereferences it, and the release CAS below publishes the node. */
+   it never dereferences it, and the release CAS below publishes the node.
+   The loop thread uses it only to test for an empty stack; it dereferences
+   nothing without the acquire exchange. */
 static inline void *luna__ptr_load_relaxed(_Atomic(void *) *p) {
   return atomic_load_explicit(p, memory_order_relaxed);
 }
