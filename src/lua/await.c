@@ -72,7 +72,8 @@ luna__task *luna__check_await(lua_State *L, const char *what) {
     luaL_error(L, "%s: called from a coroutine that is not a task (await "
                   "from the task itself, or start one with task.spawn)", what);
   }
-  if (t->cancel_requested) {
+  if (t->cancel_requested || t->interrupt) {
+    t->interrupt = false;
     luna__push_cancel_error(L);
     lua_error(L);
   }

@@ -75,6 +75,8 @@ struct luna__task {
   bool resume_error;  /* the next resume raises the value on top of co */
   bool until;         /* predicate wait: true for wait_until */
   bool reported;      /* its failure was handed to the error handler */
+  bool interrupt;     /* raise the cancellation error once at the next await
+                         without cancelling the task (scope bodies) */
   int nresume;        /* values pushed on co for the next resume */
   uint32_t pending;   /* continuations and ready entries holding this task */
   uint64_t id;        /* creation number, from 1 */
@@ -88,13 +90,20 @@ struct luna__task {
   luna__task *cancel_next;      /* queued cancellations */
 };
 
-/* A task.on handle: a runner item that calls one Lua function. */
+/* A task.on or task.every handle: calls one Lua function, from a runner item
+   (on) or from a timer that re-arms itself (every). */
 struct luna__handle {
   luna__binding *b;
-  luna_item_id item;
+  luna_item_id item;       /* task.on */
+  luna_timer_id timer;     /* task.every */
   int ref;                 /* in the reference table while registered */
   uint8_t timing;
+  uint8_t kind;            /* 0: on, 1: every */
+  uint8_t timer_kind;      /* every: the luna_timer_kind of its clock */
   bool active;
+  luna_ns anchor;          /* every: the k-th call is due at anchor + k * interval */
+  luna_ns interval;
+  int64_t calls_due;       /* every: intervals accounted for so far (k) */
   luna__handle *prev, *next; /* registered handles */
 };
 
@@ -120,6 +129,7 @@ struct luna__binding {
   /* cancellations requested while one is unwinding */
   bool cancelling;
   luna__task *cancel_head, *cancel_tail;
+  uint64_t spread_seq;   /* task.every{spread=true} registrations so far */
   /* reporting and exit */
   uint64_t errors;
   bool exit_requested;
@@ -167,6 +177,9 @@ void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool
 void luna__pump(luna__binding *b);
 /* Cancels t (returns after it unwound unless called during an unwinding). */
 void luna__cancel(luna__binding *b, luna__task *t);
+/* Raises the cancellation error in t once at its current or next await,
+   without cancelling t (used to stop a scope's body). */
+void luna__interrupt(luna__binding *b, luna__task *t);
 /* Cancels every live task in creation order. Returns how many. */
 size_t luna__cancel_all(luna__binding *b);
 /* Pushes the task's userdata (it must be live or on a stack). */
@@ -195,6 +208,9 @@ luna_ns luna__check_seconds(lua_State *L, int idx);
    cancellation was requested while it resumed another task. */
 void luna__check_cancelled(lua_State *L, luna__binding *b);
 void luna__open_await(lua_State *L);
+
+/* ---- internal.c: primitives for the Lua-side composition code ---------- */
+void luna__open_compose(lua_State *L);
 
 /* ---- callbacks.c -------------------------------------------------------- */
 void luna__remove_all_handles(luna__binding *b);

@@ -286,6 +286,7 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   luaL_setfuncs(L, module_funcs, 0);
   luna__open_await(L);
   luna__open_callbacks(L);
+  luna__open_compose(L);
   lua_createtable(L, LUNA_TIMING_COUNT, 0);
   for (i = 0; i < LUNA_TIMING_COUNT; i++) {
     lua_pushstring(L, luna_timing_name(i));

@@ -484,6 +484,28 @@ void luna__cancel(luna__binding *b, luna__task *t) {
   luna__pump(b);
 }
 
+void luna__interrupt(luna__binding *b, luna__task *t) {
+  switch ((luna__state)t->state) {
+  case LUNA__SUSPENDED:
+    disarm(b, t);
+    luna__push_cancel_error(t->co);
+    luna__wake(b, t, t->co, 1, true);
+    break;
+  case LUNA__READY: /* already queued: replace what it was woken with */
+    lua_pop(t->co, t->nresume);
+    luna__push_cancel_error(t->co);
+    t->nresume = 1;
+    t->resume_error = true;
+    break;
+  case LUNA__RUNNING:
+  case LUNA__PENDING:
+    t->interrupt = true;
+    break;
+  default:
+    break;
+  }
+}
+
 size_t luna__cancel_all(luna__binding *b) {
   size_t n = 0;
   if (b->cancelling) {

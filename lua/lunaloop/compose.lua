@@ -1,0 +1,395 @@
+-- compose.lua: composition and structured concurrency, written on the
+-- binding's primitives. Compiled into the module; run once per Lua state
+-- with (module, internals).
+--
+-- Every combinator here runs inside the calling task. It watches its inputs
+-- with small watcher tasks (each awaits one input and reports back), so the
+-- caller is woken in the same run as the input settles. Combinators cancel
+-- what they started (watchers, function inputs spawned as children), never
+-- the Tasks they were given.
+local M, I = ...
+
+local spawn, await, cancel, current = M.spawn, M.await, M.cancel, M.current
+local is_cancelled = M.is_cancelled
+local suspend, wake = I.suspend, I.wake
+local new_task, start, is_task = I.new_task, I.start, I.is_task
+local pack, unpack, select, type, error, pcall = table.pack, table.unpack, select, type, error, pcall
+local setmetatable, tostring = setmetatable, tostring
+
+local function argerror(fname, n, msg, level)
+  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), (level or 2) + 1)
+end
+
+local function check_seconds(fname, n, s)
+  if type(s) ~= "number" then
+    argerror(fname, n, "number expected, got " .. (s == nil and "no value" or type(s)), 2)
+  end
+  if s ~= s or s < 0 or s == math.huge then
+    argerror(fname, n, "expected a finite, non-negative number of seconds, got " .. tostring(s), 2)
+  end
+end
+
+-- Turns inputs (Tasks or functions) into tasks; functions become children
+-- that are created now and started by the caller once watched.
+local function collect(fname, ...)
+  local n = select("#", ...)
+  local tasks, children = {...}, {}
+  for i = 1, n do
+    local x = tasks[i]
+    if type(x) == "function" then
+      local c = new_task(x)
+      tasks[i] = c
+      children[#children + 1] = c
+    elseif not is_task(x) then
+      argerror(fname, i, "expected a Task or a function, got " .. type(x), 3)
+    end
+  end
+  return tasks, children, n
+end
+
+-- A watcher awaits one task and hands the outcome to `notify`.
+local function watcher(x, i, notify) notify(i, pcall(await, x)) end
+
+-- Starts watching `tasks` and the children; returns the watcher list.
+local function watch_all(tasks, n, children, notify)
+  local watchers = {}
+  for i = 1, n do watchers[i] = spawn(watcher, tasks[i], i, notify) end
+  for _, c in ipairs(children) do start(c) end
+  return watchers
+end
+
+local function cancel_all(list)
+  for _, t in ipairs(list) do cancel(t) end
+end
+
+-- Suspends the calling task until done() is true; a raising wait (the task
+-- was cancelled) is returned as false, err.
+local function wait_for(state, done)
+  while not done() do
+    state.waiting = true
+    local ok, err = pcall(suspend, state.what)
+    state.waiting = false
+    if not ok then return false, err end
+  end
+  return true
+end
+
+--- task.when_all(...) -> first result of each input, in argument order.
+-- Inputs are Tasks or functions (spawned as children). Raises the first
+-- error as soon as it happens (a cancelled input raises the cancellation
+-- error); then cancels the children it started, never the Tasks it was given.
+function M.when_all(...)
+  local tasks, children, n = collect("when_all", ...)
+  I.check_await("task.when_all")
+  local me = current()
+  local state = {what = "task.when_all", waiting = false}
+  local results, remaining, failed, err_value, live = {}, n, false, nil, true
+  local function notify(i, ok, v)
+    if not live then return end
+    if ok then
+      results[i] = v
+      remaining = remaining - 1
+    elseif not failed then
+      failed, err_value = true, v
+    end
+    if state.waiting and (remaining == 0 or failed) then wake(me) end
+  end
+  local watchers = watch_all(tasks, n, children, notify)
+  local ok, err = wait_for(state, function() return remaining == 0 or failed end)
+  live = false
+  cancel_all(watchers)
+  cancel_all(children)
+  if not ok then error(err, 0) end
+  if failed then error(err_value, 0) end
+  return unpack(results, 1, n)
+end
+
+--- task.when_any(...) -> index, results of the first input to finish.
+-- A failure that finishes first is raised. The children it started are
+-- cancelled when it returns; the Tasks it was given are left running.
+function M.when_any(...)
+  local tasks, children, n = collect("when_any", ...)
+  if n == 0 then argerror("when_any", 1, "expected at least one Task or function") end
+  I.check_await("task.when_any")
+  local me = current()
+  local state = {what = "task.when_any", waiting = false}
+  local winner, outcome, live = nil, nil, true
+  local function notify(i, ...)
+    if not live or winner then return end
+    winner, outcome = i, pack(...)
+    if state.waiting then wake(me) end
+  end
+  local watchers = watch_all(tasks, n, children, notify)
+  local ok, err = wait_for(state, function() return winner ~= nil end)
+  live = false
+  cancel_all(watchers)
+  cancel_all(children)
+  if not ok then error(err, 0) end
+  if not outcome[1] then error(outcome[2], 0) end
+  return winner, unpack(outcome, 2, outcome.n)
+end
+
+--- task.timeout(seconds, fn, ...) -> fn's results.
+-- Runs fn(...) as a child task (or waits for a given Task). If it has not
+-- finished when `seconds` have passed on the scaled clock (checked at
+-- Update), the child is cancelled (its to-be-closed variables see the
+-- cancellation error) and a timeout error is raised: task.is_timeout(err)
+-- is true, task.is_cancelled(err) false. A given Task is not cancelled.
+function M.timeout(seconds, fn, ...)
+  check_seconds("timeout", 1, seconds)
+  local own = type(fn) == "function"
+  if not own and not is_task(fn) then
+    argerror("timeout", 2, "expected a function or a Task, got " .. type(fn))
+  end
+  I.check_await("task.timeout")
+  local me = current()
+  local child = own and new_task(fn, ...) or fn
+  local state = {what = "task.timeout", waiting = false}
+  local outcome, live = nil, true
+  local function settle(v)
+    if live and outcome == nil then
+      outcome = v
+      if state.waiting then wake(me) end
+    end
+  end
+  local w = spawn(function() settle(pack(pcall(await, child))) end)
+  local timer = spawn(function() M.delay(seconds); settle("timeout") end)
+  if own then start(child) end
+  local ok, err = wait_for(state, function() return outcome ~= nil end)
+  live = false
+  cancel(w)
+  cancel(timer)
+  if own and (not ok or outcome == "timeout") then cancel(child) end
+  if not ok then error(err, 0) end
+  if outcome == "timeout" then error(I.timeout_error(seconds), 0) end
+  if not outcome[1] then error(outcome[2], 0) end
+  return unpack(outcome, 2, outcome.n)
+end
+
+-- Scopes -----------------------------------------------------------------
+
+local Scope = {}
+Scope.__index = Scope
+Scope.__name = "lunaloop.Scope"
+
+local function cancel_children(s)
+  -- in creation order; cancelling wakes their watchers, which count down
+  for _, c in ipairs(s.order) do
+    if s.children[c] then cancel(c) end
+  end
+end
+
+local function scope_watch(s, child)
+  local ok, err = pcall(await, child)
+  s.children[child] = nil
+  s.count = s.count - 1
+  if not ok and not is_cancelled(err) then
+    if not s.failing then
+      s.failing, s.err = true, err
+      cancel_children(s)
+      if s.in_body then I.interrupt(s.owner) end
+    else
+      -- a second failure while the scope is already failing: not lost
+      I.report(err, child:traceback(), child)
+    end
+  end
+  if s.count == 0 and s.waiting then wake(s.owner) end
+end
+
+--- scope:spawn(fn, ...) -> Task: starts a child of the scope. Any task may
+-- call it while the scope is open; it raises once the scope failed or ended.
+function Scope:spawn(fn, ...)
+  if getmetatable(self) ~= Scope then argerror("spawn", 1, "expected a Scope") end
+  if type(fn) ~= "function" then argerror("spawn", 2, "expected a function, got " .. type(fn)) end
+  if not self.open then error("scope:spawn: the scope has ended", 2) end
+  if self.failing then error("scope:spawn: the scope has failed", 2) end
+  local child = new_task(fn, ...)
+  self.children[child] = true
+  self.order[#self.order + 1] = child
+  self.count = self.count + 1
+  spawn(scope_watch, self, child)
+  start(child)
+  return child
+end
+
+function Scope:__tostring()
+  return ("Scope(%d children, %s)"):format(self.count,
+    not self.open and "ended" or self.failing and "failing" or "open")
+end
+
+--- task.scope(fn, ...) -> fn's results.
+-- Calls fn(scope, ...) in the calling task; children started with
+-- scope:spawn belong to the scope. Returns after the body and every child
+-- ended. The first child failure cancels the other children and the body
+-- (at its current or next await) and is raised from task.scope; a cancelled
+-- child is not a failure; cancelling the calling task cancels them all.
+function M.scope(fn, ...)
+  if type(fn) ~= "function" then argerror("scope", 1, "expected a function, got " .. type(fn)) end
+  I.check_await("task.scope")
+  local me = current()
+  local s = setmetatable({open = true, failing = false, err = nil, children = {},
+    order = {}, count = 0, waiting = false, in_body = true, owner = me,
+    what = "task.scope"}, Scope)
+  local res = pack(pcall(fn, s, ...))
+  s.in_body = false
+  I.clear_interrupt(me)
+  if not res[1] then
+    local e = res[2]
+    if I.cancel_requested(me) then
+      s.open = false
+      cancel_children(s)
+      error(e, 0)
+    elseif s.failing and is_cancelled(e) then
+      -- the body was interrupted by a child's failure
+    elseif not s.failing then
+      s.failing, s.err = true, e
+      cancel_children(s)
+    else
+      I.report(e, nil, me)
+    end
+  end
+  local ok, err = wait_for(s, function() return s.count == 0 end)
+  s.open = false
+  if not ok then
+    cancel_children(s)
+    error(err, 0)
+  end
+  if s.failing then error(s.err, 0) end
+  return unpack(res, 2, res.n)
+end
+
+-- Channels ---------------------------------------------------------------
+
+-- A FIFO of records with removal by marking (cancelled waiters are skipped).
+local function queue() return {first = 1, last = 0} end
+local function push(q, v) q.last = q.last + 1; q[q.last] = v end
+local function unshift(q, v) q.first = q.first - 1; q[q.first] = v end
+local function shift(q)
+  if q.first > q.last then return nil end
+  local v = q[q.first]
+  q[q.first] = nil
+  q.first = q.first + 1
+  return v
+end
+local function qlen(q) return q.last - q.first + 1 end
+-- The next record still waiting, or nil.
+local function next_waiting(q)
+  while true do
+    local r = shift(q)
+    if r == nil or r.state == "waiting" then return r end
+  end
+end
+
+local Channel = {}
+Channel.__index = Channel
+Channel.__name = "lunaloop.Channel"
+
+--- task.channel([capacity]) -> Channel: a FIFO between tasks. No capacity:
+-- unbounded; 0: a rendezvous (send waits for a receiver).
+function M.channel(capacity)
+  if capacity ~= nil then
+    if math.type(capacity) ~= "integer" or capacity < 0 then
+      argerror("channel", 1, "expected a non-negative integer capacity, got " .. tostring(capacity))
+    end
+  else
+    capacity = math.huge
+  end
+  return setmetatable({cap = capacity, buf = queue(), recvq = queue(), sendq = queue(),
+    closed = false}, Channel)
+end
+
+local function check_channel(ch, fname)
+  if getmetatable(ch) ~= Channel then argerror(fname, 1, "expected a Channel (use ch:" .. fname .. ")", 3) end
+end
+
+-- Hands v to the first waiting receiver; false when none waits.
+local function deliver(ch, v)
+  local r = next_waiting(ch.recvq)
+  if r == nil then return false end
+  r.state, r.value = "delivered", v
+  wake(r.task)
+  return true
+end
+
+--- ch:send(v): puts v in the channel; awaits while a bounded channel is full
+-- (a rendezvous waits for a receiver). Raises on a closed channel, also when
+-- the channel is closed while waiting. v must not be nil.
+function Channel:send(v)
+  check_channel(self, "send")
+  if v == nil then argerror("send", 2, "channel values cannot be nil") end
+  if self.closed then error("send on a closed channel", 2) end
+  if deliver(self, v) then return end
+  if qlen(self.buf) < self.cap then push(self.buf, v); return end
+  I.check_await("channel:send")
+  local rec = {task = current(), value = v, state = "waiting"}
+  push(self.sendq, rec)
+  local ok, err = pcall(suspend, "channel:send")
+  if rec.state == "taken" then
+    if not ok then error(err, 0) end
+    return
+  end
+  if rec.state == "closed" then error("send on a closed channel", 2) end
+  rec.state = "cancelled"
+  error(err, 0)
+end
+
+--- ch:receive() -> v | nil, "closed": takes the oldest value; awaits while
+-- the channel is empty. Once closed and drained it returns nil, "closed".
+function Channel:receive()
+  check_channel(self, "receive")
+  if qlen(self.buf) > 0 then
+    local v = shift(self.buf)
+    local s = next_waiting(self.sendq)
+    if s then
+      push(self.buf, s.value)
+      s.state = "taken"
+      wake(s.task)
+    end
+    return v
+  end
+  local s = next_waiting(self.sendq)
+  if s then
+    s.state = "taken"
+    wake(s.task)
+    return s.value
+  end
+  if self.closed then return nil, "closed" end
+  I.check_await("channel:receive")
+  local rec = {task = current(), state = "waiting"}
+  push(self.recvq, rec)
+  local ok, err = pcall(suspend, "channel:receive")
+  if ok and rec.state == "delivered" then return rec.value end
+  if ok and rec.state == "closed" then return nil, "closed" end
+  if rec.state == "delivered" then
+    -- A value was handed to us but we were cancelled before we resumed:
+    -- it goes to the next receiver, or back to the front of the buffer.
+    local v = rec.value
+    rec.value = nil
+    if not deliver(self, v) then unshift(self.buf, v) end
+  end
+  rec.state = "cancelled"
+  error(err, 0)
+end
+
+--- ch:close(): no more sends. Waiting receivers get nil, "closed"; waiting
+-- senders raise. Buffered values can still be received.
+function Channel:close()
+  check_channel(self, "close")
+  if self.closed then return end
+  self.closed = true
+  for _, q in ipairs({self.recvq, self.sendq}) do
+    while true do
+      local r = next_waiting(q)
+      if r == nil then break end
+      r.state = "closed"
+      wake(r.task)
+    end
+  end
+end
+
+--- ch:len() -> values buffered; ch:is_closed() -> boolean.
+function Channel:len() return qlen(self.buf) end
+function Channel:is_closed() return self.closed end
+function Channel:__tostring()
+  return ("Channel(%d buffered%s)"):format(qlen(self.buf), self.closed and ", closed" or "")
+end

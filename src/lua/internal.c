@@ -1,0 +1,153 @@
+/*
+** internal.c: the few primitives that the Lua-side composition code
+** (lua/lunaloop/compose.lua, compiled into the module) is written on:
+** suspending the calling task until something wakes it, waking it, creating
+** a task without starting it, interrupting a scope body, reporting. They are
+** handed to that chunk only and are not part of the public module.
+*/
+#include <string.h>
+
+#include "binding.h"
+
+/* The chunk, generated at build time from lua/lunaloop/compose.lua. */
+extern const char luna__compose_lua[];
+extern const size_t luna__compose_lua_size;
+
+/* check_await(name): raises the await errors of task.* calls for `name`. */
+static int l_check_await(lua_State *L) {
+  luna__check_await(L, luaL_checkstring(L, 1));
+  return 0;
+}
+
+/* suspend(name) -> ...: suspends the calling task until wake(t, ...). */
+static int l_suspend(lua_State *L) {
+  luna__task *t = luna__check_await(L, luaL_optstring(L, 1, "task.await"));
+  lua_settop(L, 0);
+  t->wait = LUNA__W_EXTERNAL;
+  return luna__suspend(L, t);
+}
+
+/* wake(t, ...) -> boolean: wakes t with the values when it is suspended in
+   suspend(); resumes it in this run, after the running task suspends. */
+static int l_wake(lua_State *L) {
+  luna__task *t = luna__check_task(L, 1);
+  int n = lua_gettop(L) - 1;
+  if (t->state != LUNA__SUSPENDED || t->wait != LUNA__W_EXTERNAL) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  luna__wake(t->b, t, L, n, false);
+  luna__pump(t->b);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* new_task(fn, ...) -> Task: created, not started (no one can see it fail
+   before the caller starts watching it). */
+static int l_new_task(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  luna__new_task(L, luna__check_binding(L), 1, lua_gettop(L) - 1);
+  return 1;
+}
+
+/* start(t): starts a task made by new_task now. */
+static int l_start(lua_State *L) {
+  luna__task *t = luna__check_task(L, 1);
+  luna__binding *b = luna__check_binding(L);
+  if (t->state == LUNA__PENDING && !t->cancel_requested) {
+    lua_State *saved = b->exec_L;
+    if (b->depth == 0)
+      b->exec_L = L;
+    luna__start(b, t);
+    b->exec_L = saved;
+  }
+  luna__check_cancelled(L, b);
+  return 0;
+}
+
+/* interrupt(t) / clear_interrupt(t): a one-shot cancellation error at t's
+   current or next await that does not cancel t. */
+static int l_interrupt(lua_State *L) {
+  luna__task *t = luna__check_task(L, 1);
+  luna__interrupt(t->b, t);
+  luna__pump(t->b);
+  return 0;
+}
+
+static int l_clear_interrupt(lua_State *L) {
+  luna__check_task(L, 1)->interrupt = false;
+  return 0;
+}
+
+/* cancel_requested(t) -> boolean */
+static int l_cancel_requested(lua_State *L) {
+  lua_pushboolean(L, luna__check_task(L, 1)->cancel_requested);
+  return 1;
+}
+
+/* report(err, traceback, t): hands an error that would otherwise be lost to
+   the error handler, as a failure of task t. */
+static int l_report(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  luna__task *t = luna__check_task(L, 3);
+  lua_getiuservalue(L, 3, 2);
+  if (lua_type(L, -1) == LUA_TSTRING)
+    lua_pushfstring(L, "task %s", lua_tostring(L, -1));
+  else
+    lua_pushfstring(L, "task #%I", (lua_Integer)t->id);
+  luna__report(b, L, 1, lua_isnil(L, 2) ? 0 : 2, 3, lua_tostring(L, -1));
+  return 0;
+}
+
+/* timeout_error(seconds) -> a new timeout error value. */
+static int l_timeout_error(lua_State *L) {
+  lua_Number s = luaL_checknumber(L, 1);
+  lua_createtable(L, 0, 2);
+  lua_pushfstring(L, "timeout after %f s", s);
+  lua_setfield(L, -2, "message");
+  lua_pushnumber(L, s);
+  lua_setfield(L, -2, "seconds");
+  luaL_setmetatable(L, LUNA__TIMEOUT_MT);
+  return 1;
+}
+
+static int timeout_tostring(lua_State *L) {
+  lua_getfield(L, 1, "message");
+  return 1;
+}
+
+/* is_task(x) -> boolean */
+static int l_is_task(lua_State *L) {
+  lua_pushboolean(L, luna__test_task(L, 1) != NULL);
+  return 1;
+}
+
+static const luaL_Reg internal_funcs[] = {
+    {"check_await", l_check_await},
+    {"suspend", l_suspend},
+    {"wake", l_wake},
+    {"new_task", l_new_task},
+    {"start", l_start},
+    {"interrupt", l_interrupt},
+    {"clear_interrupt", l_clear_interrupt},
+    {"cancel_requested", l_cancel_requested},
+    {"report", l_report},
+    {"timeout_error", l_timeout_error},
+    {"is_task", l_is_task},
+    {NULL, NULL}};
+
+/* Runs the composition chunk with (module, internals); it adds when_all,
+   when_any, timeout, scope and channel to the module table on top of L. */
+void luna__open_compose(lua_State *L) {
+  int module = lua_absindex(L, -1);
+  luaL_getmetatable(L, LUNA__TIMEOUT_MT);
+  lua_pushcfunction(L, timeout_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+  if (luaL_loadbufferx(L, luna__compose_lua, luna__compose_lua_size,
+                       "=lunaloop/compose.lua", "t") != LUA_OK)
+    lua_error(L);
+  lua_pushvalue(L, module);
+  luaL_newlib(L, internal_funcs);
+  lua_call(L, 2, 0);
+}
