@@ -29,19 +29,27 @@ local function check_seconds(fname, n, s)
   end
 end
 
--- Turns inputs (Tasks or functions) into tasks; functions become children
--- that are created now and started by the caller once watched.
+-- Checks the inputs (Tasks or functions) and the await context, then turns
+-- functions into children: created now (not started), started by the
+-- caller once watched, so no child can fail unwatched.
 local function collect(fname, ...)
   local n = select("#", ...)
   local tasks, children = {...}, {}
   for i = 1, n do
     local x = tasks[i]
-    if type(x) == "function" then
-      local c = new_task(x)
+    if type(x) ~= "function" and not is_task(x) then
+      argerror(fname, i, "expected a Task or a function, got " .. type(x), 3)
+    end
+  end
+  if fname == "when_any" and n == 0 then
+    argerror(fname, 1, "expected at least one Task or function", 3)
+  end
+  I.check_await("task." .. fname)
+  for i = 1, n do
+    if type(tasks[i]) == "function" then
+      local c = new_task(tasks[i])
       tasks[i] = c
       children[#children + 1] = c
-    elseif not is_task(x) then
-      argerror(fname, i, "expected a Task or a function, got " .. type(x), 3)
     end
   end
   return tasks, children, n
@@ -80,7 +88,6 @@ end
 -- error); then cancels the children it started, never the Tasks it was given.
 function M.when_all(...)
   local tasks, children, n = collect("when_all", ...)
-  I.check_await("task.when_all")
   local me = current()
   local state = {what = "task.when_all", waiting = false}
   local results, remaining, failed, err_value, live = {}, n, false, nil, true
@@ -109,8 +116,6 @@ end
 -- cancelled when it returns; the Tasks it was given are left running.
 function M.when_any(...)
   local tasks, children, n = collect("when_any", ...)
-  if n == 0 then argerror("when_any", 1, "expected at least one Task or function") end
-  I.check_await("task.when_any")
   local me = current()
   local state = {what = "task.when_any", waiting = false}
   local winner, outcome, live = nil, nil, true

@@ -100,9 +100,13 @@ int luna__suspend(lua_State *L, luna__task *t) {
   return lua_yieldk(L, 0, (lua_KContext)t, await_k);
 }
 
-void luna__check_cancelled(lua_State *L, luna__binding *b) {
+bool luna__cancel_pending(lua_State *L, luna__binding *b) {
   luna__task *t = b->current;
-  if (t != NULL && t->co == L && t->cancel_requested) {
+  return t != NULL && t->co == L && t->cancel_requested;
+}
+
+void luna__check_cancelled(lua_State *L, luna__binding *b, bool before) {
+  if (!before && luna__cancel_pending(L, b)) {
     luna__push_cancel_error(L);
     lua_error(L);
   }

@@ -204,9 +204,13 @@ int luna__suspend(lua_State *L, luna__task *t);
 luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def);
 luna_clock luna__opt_clock(lua_State *L, int idx, luna_clock def);
 luna_ns luna__check_seconds(lua_State *L, int idx);
+/* True when L is the current task and its cancellation was requested. */
+bool luna__cancel_pending(lua_State *L, luna__binding *b);
 /* Raises the cancellation error in L when L is the current task and its
-   cancellation was requested while it resumed another task. */
-void luna__check_cancelled(lua_State *L, luna__binding *b);
+   cancellation was requested during a call that resumed another task
+   (`before` is luna__cancel_pending from before that call: a task already
+   unwinding from its cancellation may still spawn and cancel). */
+void luna__check_cancelled(lua_State *L, luna__binding *b, bool before);
 void luna__open_await(lua_State *L);
 
 /* ---- internal.c: primitives for the Lua-side composition code ---------- */

@@ -1,9 +1,17 @@
 /*
-** callbacks.c: task.on, the runner of repeating items exposed to Lua. One C
-** loop (the core's runner) calls many Lua functions, in registration order,
-** each as fn(dt). A callback that raises is removed and its error reported.
+** callbacks.c: the custom update layer. task.on exposes the core's runner of
+** repeating items: one C loop calls many Lua functions, each as fn(dt).
+** task.every is periodic on a core timer that re-arms itself for the next
+** anchored deadline, so a frame costs only the callbacks that are due. A
+** callback that raises is removed and its error reported (task nil).
 */
+#include <string.h>
+
 #include "binding.h"
+
+void luna__every_cb(luna_loop *loop, void *arg);
+
+enum { HANDLE_ON = 0, HANDLE_EVERY = 1 };
 
 static luna__handle *check_handle(lua_State *L, int idx) {
   return (luna__handle *)luaL_checkudata(L, idx, LUNA__HANDLE_MT);
@@ -26,8 +34,12 @@ static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
   if (!h->active)
     return;
   h->active = false;
-  if (remove_item && b->loop != NULL)
-    luna_item_remove(b->loop, h->item);
+  if (remove_item && b->loop != NULL) {
+    if (h->kind == HANDLE_EVERY)
+      luna_timer_cancel(b->loop, h->timer);
+    else
+      luna_item_remove(b->loop, h->item);
+  }
   unlink_handle(b, h);
   luna__push_refs(b->L);
   luaL_unref(b->L, -1, h->ref);
@@ -35,37 +47,86 @@ static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
   h->ref = LUA_NOREF;
 }
 
-static bool callback_step(luna_loop *loop, void *arg) {
-  luna__handle *h = (luna__handle *)arg;
-  luna__binding *b = h->b;
-  lua_State *L = luna__exec_state(b);
+/* Calls the handle's function with the number on top of L (popped) in
+   protected mode; a raising callback is reported and removed. Returns
+   false when it raised. */
+static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top) {
   lua_State *outer = luna__running;
-  int top = lua_gettop(L), st;
-  lua_checkstack(L, 8);
-  lua_pushcfunction(L, luna__msgh); /* top + 1 */
+  int st;
+  /* stack: [top+1] number */
+  lua_pushcfunction(L, luna__msgh);   /* top + 2 */
   luna__push_refs(L);
   lua_rawgeti(L, -1, h->ref);
-  lua_remove(L, -2);                /* top + 2: the handle */
-  lua_getiuservalue(L, -1, 1);      /* the function */
-  lua_pushnumber(L, luna_ns_to_seconds(luna_loop_delta(loop)));
+  lua_remove(L, -2);                  /* top + 3: the handle */
+  lua_getiuservalue(L, -1, 1);        /* the function */
+  lua_pushvalue(L, top + 1);
   luna__running = L;
-  st = lua_pcall(L, 1, 0, top + 1);
+  st = lua_pcall(L, 1, 0, top + 2);
   luna__running = outer;
   if (st != LUA_OK) {
     lua_Debug ar;
     const char *what = "callback";
     int err = lua_gettop(L);
     luna__push_last_traceback(L);
-    lua_getiuservalue(L, top + 2, 1);
+    lua_getiuservalue(L, top + 3, 1);
     if (lua_getinfo(L, ">S", &ar))
       what = lua_pushfstring(L, "callback %s:%d", ar.short_src, ar.linedefined);
     luna__report(b, L, err, err + 1, 0, what);
-    deactivate(b, h, false);
-    lua_settop(L, top);
-    return false;
+    deactivate(b, h, true);
   }
   lua_settop(L, top);
+  return st == LUA_OK;
+}
+
+static bool callback_step(luna_loop *loop, void *arg) {
+  luna__handle *h = (luna__handle *)arg;
+  lua_State *L = luna__exec_state(h->b);
+  int top = lua_gettop(L);
+  lua_checkstack(L, 8);
+  lua_pushnumber(L, luna_ns_to_seconds(luna_loop_delta(loop)));
+  call_handle(h->b, h, L, top);
   return h->active;
+}
+
+static const luna_clock timer_clock[LUNA_TIMER_KIND_COUNT] = {
+    LUNA_CLOCK_SCALED, /* unused: every never uses frame timers */
+    LUNA_CLOCK_SCALED, LUNA_CLOCK_UNSCALED, LUNA_CLOCK_REALTIME, LUNA_CLOCK_FIXED};
+
+/* Arms the timer of an every handle for the call after calls_due. */
+static int arm_every(luna__binding *b, luna__handle *h) {
+  int64_t next = h->calls_due + 1;
+  luna_ns deadline = next > (LUNA_NS_MAX - h->anchor) / h->interval
+                         ? LUNA_NS_MAX
+                         : h->anchor + next * h->interval;
+  return luna_timer_add(b->loop, h->timing, (luna_timer_kind)h->timer_kind, deadline,
+                        luna__every_cb, h, &h->timer);
+}
+
+/* The timer of an every handle fired: the k-th call is due at anchor +
+   k * interval; one call per run gets how many intervals came due since the
+   last one, and the schedule stays anchored (no accumulated lateness). */
+void luna__every_cb(luna_loop *loop, void *arg) {
+  luna__handle *h = (luna__handle *)arg;
+  luna__binding *b = h->b;
+  lua_State *L = luna__exec_state(b);
+  int top = lua_gettop(L);
+  luna_ns now = luna_loop_time(loop, timer_clock[h->timer_kind]);
+  int64_t due = (now - h->anchor) / h->interval;
+  int64_t n = due - h->calls_due;
+  if (n < 1)
+    n = 1, due = h->calls_due + 1;
+  h->calls_due = due;
+  /* Re-arm before the call, so that remove() inside it cancels the timer. */
+  if (arm_every(b, h) != 0) {
+    lua_pushliteral(L, "task.every: cannot re-arm the timer: out of memory");
+    luna__report(b, L, -1, 0, 0, "callback");
+    lua_settop(L, top);
+    deactivate(b, h, false);
+    return;
+  }
+  lua_checkstack(L, 8);
+  lua_pushinteger(L, (lua_Integer)n);
+  call_handle(b, h, L, top);
 }
 
 /* handle:remove(): stops the callback; safe during its own run and at any
@@ -83,34 +144,28 @@ static int l_handle_active(lua_State *L) {
 
 static int l_handle_tostring(lua_State *L) {
   luna__handle *h = check_handle(L, 1);
-  lua_pushfstring(L, "Handle(%s, %s): %p", luna_timing_name(h->timing),
+  lua_pushfstring(L, "Handle(%s %s, %s): %p", h->kind == HANDLE_EVERY ? "every" : "on",
+                  luna_timing_name(h->timing),
                   h->active ? "active" : "removed", (void *)h);
   return 1;
 }
 
-/* task.on(timing, fn) -> Handle: calls fn(dt) at each run of `timing`, from
-   the next run on, in registration order, until handle:remove() (also
-   called when a `local h <close>` goes out of scope). dt is delta_time(). */
-static int l_on(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
-  luna_timing timing = luna__opt_timing(L, 1, LUNA_UPDATE);
-  luna__handle *h;
-  int rc;
-  if (lua_isnoneornil(L, 1))
-    luaL_argerror(L, 1, "expected a timing name");
-  luaL_checktype(L, 2, LUA_TFUNCTION);
-  h = (luna__handle *)lua_newuserdatauv(L, sizeof *h, 1);
+/* Creates a handle for the function at index 2, pushed on L. */
+static luna__handle *new_handle(lua_State *L, luna__binding *b, int kind, luna_timing timing) {
+  luna__handle *h = (luna__handle *)lua_newuserdatauv(L, sizeof *h, 1);
+  memset(h, 0, sizeof *h);
   h->b = b;
+  h->kind = (uint8_t)kind;
   h->timing = (uint8_t)timing;
-  h->active = false;
   h->ref = LUA_NOREF;
-  h->prev = h->next = NULL;
   luaL_setmetatable(L, LUNA__HANDLE_MT);
   lua_pushvalue(L, 2);
   lua_setiuservalue(L, -2, 1);
-  rc = luna_item_add(b->loop, timing, callback_step, h, &h->item);
-  if (rc != 0)
-    return luaL_error(L, "task.on: %s", luna_strerror(rc));
+  return h;
+}
+
+/* Registers an armed handle (on top of L) with the binding. */
+static void register_handle(lua_State *L, luna__binding *b, luna__handle *h) {
   h->active = true;
   luna__push_refs(L);
   lua_pushvalue(L, -2);
@@ -121,6 +176,81 @@ static int l_on(lua_State *L) {
     b->handles->prev = h;
   b->handles = h;
   b->nhandles++;
+}
+
+/* task.on(timing, fn) -> Handle: calls fn(dt) at each run of `timing`, from
+   the next run on, in registration order, until handle:remove() (also
+   called when a `local h <close>` goes out of scope). dt is delta_time()
+   in seconds. Return values are ignored. */
+static int l_on(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  luna_timing timing;
+  luna__handle *h;
+  int rc;
+  if (lua_isnoneornil(L, 1))
+    luaL_argerror(L, 1, "expected a timing name");
+  timing = luna__opt_timing(L, 1, LUNA_UPDATE);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  h = new_handle(L, b, HANDLE_ON, timing);
+  rc = luna_item_add(b->loop, timing, callback_step, h, &h->item);
+  if (rc != 0)
+    return luaL_error(L, "task.on: %s", luna_strerror(rc));
+  register_handle(L, b, h);
+  return 1;
+}
+
+/* A deterministic fraction in [0, 1) for the i-th spread registration: the
+   golden-ratio (Weyl) sequence, whose points stay evenly spread for any
+   count, computed in integers so every platform agrees. */
+static double spread_fraction(uint64_t i) {
+  uint64_t x = (i + 1) * UINT64_C(0x9E3779B97F4A7C15);
+  return (double)(x >> 11) / 9007199254740992.0; /* 2^53 */
+}
+
+/* task.every(interval, fn, [opts]) -> Handle: calls fn(n) periodically.
+   The k-th call (k = 1, 2, ...) is due at start + k * interval on the
+   clock, start being the clock when every was called; at most one call per
+   run, n being how many intervals came due since the last call (usually
+   1), so the schedule stays anchored. opts.timing (default "Update"),
+   opts.clock ("scaled" default, "unscaled", "realtime", "fixed") and
+   opts.spread: true staggers the first calls of callbacks started
+   together evenly over one interval (deterministically), so thousands of
+   them do not land in the same frame. */
+static int l_every(lua_State *L) {
+  static const luna_timer_kind kinds[LUNA_CLOCK_COUNT] = {
+      LUNA_TIMER_SCALED, LUNA_TIMER_UNSCALED, LUNA_TIMER_REALTIME, LUNA_TIMER_FIXED};
+  luna__binding *b = luna__check_binding(L);
+  luna_ns interval = luna__check_seconds(L, 1);
+  luna_timing timing = LUNA_UPDATE;
+  luna_clock clock = LUNA_CLOCK_SCALED;
+  bool spread = false;
+  luna__handle *h;
+  luna_ns now;
+  int rc;
+  luaL_argcheck(L, interval > 0, 1, "expected a positive interval in seconds");
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_getfield(L, 3, "timing");
+    timing = luna__opt_timing(L, -1, LUNA_UPDATE);
+    lua_getfield(L, 3, "clock");
+    clock = luna__opt_clock(L, -1, LUNA_CLOCK_SCALED);
+    lua_getfield(L, 3, "spread");
+    spread = lua_toboolean(L, -1);
+    lua_pop(L, 3);
+  }
+  lua_settop(L, 2);
+  now = luna_loop_time(b->loop, clock);
+  h = new_handle(L, b, HANDLE_EVERY, timing);
+  h->timer_kind = (uint8_t)kinds[clock];
+  h->interval = interval;
+  h->anchor = now;
+  if (spread)
+    h->anchor = now - (luna_ns)(spread_fraction(b->spread_seq++) * (double)interval);
+  rc = arm_every(b, h);
+  if (rc != 0)
+    return luaL_error(L, "task.every: %s", luna_strerror(rc));
+  register_handle(L, b, h);
   return 1;
 }
 
@@ -135,7 +265,7 @@ static const luaL_Reg handle_methods[] = {
 static const luaL_Reg handle_meta[] = {
     {"__close", l_handle_remove}, {"__tostring", l_handle_tostring}, {NULL, NULL}};
 
-static const luaL_Reg callback_funcs[] = {{"on", l_on}, {NULL, NULL}};
+static const luaL_Reg callback_funcs[] = {{"on", l_on}, {"every", l_every}, {NULL, NULL}};
 
 /* Creates the Handle metatable and adds task.on to the table on top of L. */
 void luna__open_callbacks(lua_State *L) {

@@ -54,6 +54,7 @@ static int l_new_task(lua_State *L) {
 static int l_start(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
   luna__binding *b = luna__check_binding(L);
+  bool before = luna__cancel_pending(L, b);
   if (t->state == LUNA__PENDING && !t->cancel_requested) {
     lua_State *saved = b->exec_L;
     if (b->depth == 0)
@@ -61,7 +62,7 @@ static int l_start(lua_State *L) {
     luna__start(b, t);
     b->exec_L = saved;
   }
-  luna__check_cancelled(L, b);
+  luna__check_cancelled(L, b, before);
   return 0;
 }
 

@@ -31,10 +31,11 @@ int luna__l_cancel(lua_State *L);
 static int l_spawn(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
   luna__task *t;
+  bool before = luna__cancel_pending(L, b);
   luaL_checktype(L, 1, LUA_TFUNCTION);
   t = luna__new_task(L, b, 1, lua_gettop(L) - 1);
   WITH_EXEC(b, L, luna__start(b, t));
-  luna__check_cancelled(L, b);
+  luna__check_cancelled(L, b, before);
   return 1;
 }
 

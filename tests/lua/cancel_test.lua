@@ -169,6 +169,24 @@ H.case("cancel_a_woken_task_before_it_runs", function()
   H.eq(c:status(), "cancelled")
 end)
 
+H.case("a_task_unwinding_its_cancellation_may_still_cancel_and_spawn", function()
+  -- Regression: cancel() called by a task that is already being cancelled
+  -- raised again, cutting its cleanup short after the first call.
+  local others = {}
+  for i = 1, 3 do others[i] = task.spawn(function() task.delay(10) end) end
+  local spawned
+  local t = task.spawn(function()
+    local ok, err = pcall(task.delay, 10)
+    for i = 1, 3 do task.cancel(others[i]) end
+    spawned = task.spawn(function() return "ran" end)
+    error(err, 0)
+  end)
+  t:cancel()
+  H.eq({others[1]:status(), others[2]:status(), others[3]:status()},
+    {"cancelled", "cancelled", "cancelled"})
+  H.eq({t:status(), spawned and spawned:status()}, {"cancelled", "done"})
+end)
+
 H.case("close_variable_of_a_task_cancels_it_at_scope_exit", function()
   local t
   do

@@ -1,0 +1,180 @@
+-- compose_test.lua: when_all, when_any, timeout (DESIGN §3 "Combinators
+-- cancel what they started, never what they were given", §6 Composition).
+local H = require "harness"
+
+local function run_task(fn)
+  local out = {}
+  local t = task.spawn(function() out.values = table.pack(pcall(fn)) end)
+  return out, t
+end
+
+H.case("case_c06_when_all_raises_first_error_at_once_b_still_finishes", function()
+  local F = task.frame()
+  local a = task.spawn(function() task.delay_frame(2); error("A failed", 0) end)
+  local b_done
+  local b = task.spawn(function() task.delay_frame(5); b_done = task.frame() - F; return "B" end)
+  local got
+  task.spawn(function()
+    local ok, err = pcall(task.when_all, a, b)
+    got = {ok, err, task.frame() - F}
+  end)
+  H.frames(6)
+  H.eq(got, {false, "A failed", 2})
+  H.eq({b_done, b:status()}, {5, "done"})
+end)
+
+H.case("when_all_returns_first_result_of_each_in_argument_order", function()
+  local slow = task.spawn(function() task.delay_frame(3); return "slow", "ignored" end)
+  local out = run_task(function()
+    return task.when_all(slow, function() task.delay_frame(1); return 2 end, function() return 3 end)
+  end)
+  H.frames(4)
+  H.eq(out.values, {n = 4, true, "slow", 2, 3})
+end)
+
+H.case("when_all_cancels_the_children_it_started_never_given_tasks", function()
+  local log = {}
+  local given = task.spawn(function() task.delay_frame(10); return "given" end)
+  local child
+  local out = run_task(function()
+    return task.when_all(given,
+      function()
+        child = task.current()
+        local r <close> = setmetatable({}, {__close = function(_, e)
+          log[#log + 1] = task.is_cancelled(e) and "child cancelled" or "child closed" end})
+        task.delay_frame(10)
+      end,
+      function() task.delay_frame(1); error("fails first", 0) end)
+  end)
+  H.frames(2)
+  H.eq({out.values[1], out.values[2]}, {false, "fails first"})
+  H.eq(log, {"child cancelled"})
+  H.eq({child:status(), given:status()}, {"cancelled", "suspended"})
+  given:cancel()
+end)
+
+H.case("errors_of_tasks_left_running_are_still_reported", function()
+  local reports, restore = H.capture_errors()
+  local loser = task.spawn(function() task.delay_frame(3); error("late failure", 0) end)
+  local out = run_task(function()
+    return task.when_any(loser, function() task.delay_frame(1); return "winner" end)
+  end)
+  H.frames(4)
+  restore()
+  H.eq({out.values[1], out.values[2], out.values[3]}, {true, 2, "winner"})
+  H.eq(#reports, 1)
+  H.eq({reports[1].err, reports[1].task}, {"late failure", loser})
+end)
+
+H.case("when_all_with_a_cancelled_given_task_raises_the_cancellation", function()
+  local victim = task.spawn(function() task.delay_frame(5) end)
+  local out = run_task(function() return task.when_all(victim, function() task.delay_frame(9) end) end)
+  victim:cancel()
+  H.frames(1)
+  H.eq({out.values[1], task.is_cancelled(out.values[2])}, {false, true})
+end)
+
+H.case("when_any_returns_index_and_results_of_first_and_cancels_losers", function()
+  local loser_closed = false
+  local out = run_task(function()
+    return task.when_any(
+      function()
+        local r <close> = setmetatable({}, {__close = function() loser_closed = true end})
+        task.delay_frame(5)
+      end,
+      function() task.delay_frame(2); return "b", 42 end)
+  end)
+  local F = task.frame()
+  H.frames(2)
+  H.eq(out.values, {n = 4, true, 2, "b", 42})
+  H.truthy(loser_closed, "loser child cancelled")
+end)
+
+H.case("when_any_raises_a_failure_that_finishes_first", function()
+  local out = run_task(function()
+    return task.when_any(function() task.delay_frame(3) end, function() task.yield(); error({code = 9}) end)
+  end)
+  H.frames(1)
+  H.eq({out.values[1], out.values[2].code}, {false, 9})
+end)
+
+H.case("combinators_wake_the_caller_in_the_same_run", function()
+  local log = {}
+  task.spawn(function()
+    task.when_all(function() task.yield("PreUpdate") end, function() task.yield("PreUpdate") end)
+    log[#log + 1] = testhost.timing()
+    task.when_any(function() task.yield("LastUpdate") end)
+    log[#log + 1] = testhost.timing()
+  end)
+  H.frames(1)
+  H.eq(log, {"PreUpdate", "LastUpdate"})
+end)
+
+H.case("combinators_validate_arguments_and_context", function()
+  H.has(H.raises(function() task.when_all(1) end), "expected a Task or a function, got number")
+  H.has(H.raises(function() task.when_any() end), "at least one")
+  H.has(H.raises(function() task.when_all(function() end) end), "task.when_all: not inside a task")
+  H.has(H.raises(function() task.timeout(-1, print) end), "non-negative number of seconds")
+  H.has(H.raises(function() task.timeout(1, 5) end), "expected a function or a Task")
+  H.has(H.raises(function() task.scope(function() end) end), "task.scope: not inside a task")
+  H.eq(testhost.task_count(), 0, "nothing was started")
+  local out = run_task(function() return task.when_all() end)
+  H.eq(out.values, {n = 1, true}, "when_all of nothing returns nothing at once")
+end)
+
+H.case("timeout_returns_results_when_in_time", function()
+  local out = run_task(function() return task.timeout(1, function(x) task.delay(0.5); return x * 2 end, 21) end)
+  H.frames(6, 0.1)
+  H.eq(out.values, {n = 2, true, 42})
+end)
+
+H.case("timeout_cancels_the_child_and_raises_a_timeout_error", function()
+  local log = {}
+  local F = task.frame()
+  local out = run_task(function()
+    return task.timeout(0.3, function()
+      local r <close> = setmetatable({}, {__close = function(_, e)
+        log[#log + 1] = {task.is_cancelled(e), task.frame() - F} end})
+      task.delay(10)
+    end)
+  end)
+  local got_frame
+  task.spawn(function() task.wait_until(function() return out.values ~= nil end); got_frame = task.frame() - F end)
+  H.frames(5, 0.1)
+  local err = out.values[2]
+  H.eq({out.values[1], task.is_timeout(err), task.is_cancelled(err)}, {false, true, false})
+  H.has(tostring(err), "timeout after 0.3")
+  H.eq(log, {{true, 3}}, "the child's <close> saw the cancellation at frame +3")
+end)
+
+H.case("timeout_propagates_the_child_error_and_leaves_a_given_task_running", function()
+  local out = run_task(function() return task.timeout(1, function() task.yield(); error("inner", 0) end) end)
+  H.frames(1)
+  H.eq({out.values[1], out.values[2]}, {false, "inner"})
+  local given = task.spawn(function() task.delay(5); return "late" end)
+  local out2 = run_task(function() return task.timeout(0.1, given) end)
+  H.frames(2, 0.1)
+  H.eq({out2.values[1], task.is_timeout(out2.values[2]), given:status()}, {false, true, "suspended"})
+  given:cancel()
+end)
+
+H.case("timeout_deadline_is_checked_at_update_on_the_scaled_clock", function()
+  task.time_scale(0)
+  local out = run_task(function() return task.timeout(0.1, function() task.delay(1, "Update", "unscaled"); return "ok" end) end)
+  H.frames(12, 0.1)
+  H.eq(out.values, {n = 2, true, "ok"}, "scaled time stands still: no timeout")
+end)
+
+H.case("cancelling_the_caller_of_a_combinator_cancels_its_children", function()
+  local child_closed = false
+  local t = task.spawn(function()
+    task.when_all(function()
+      local r <close> = setmetatable({}, {__close = function() child_closed = true end})
+      task.delay(10)
+    end)
+  end)
+  t:cancel()
+  H.eq({t:status(), child_closed}, {"cancelled", true})
+end)
+
+H.run()

@@ -1,0 +1,105 @@
+-- every_test.lua: task.every, periodic callbacks anchored to their start
+-- (DESIGN §6 "every"; case c18).
+local H = require "harness"
+local NS = 1e9
+
+H.case("case_c18_every_0_1_over_10_s_no_accumulated_lateness", function()
+  local dt_ns = 16666667          -- round(1e9 / 60), what task.step(1/60) uses
+  local start = task.time()
+  local times = {}
+  local h = task.every(0.1, function() times[#times + 1] = task.time() - start end)
+  H.frames(600, 1 / 60)            -- 10 s of frames
+  h:remove()
+  -- 600 frames of 16,666,667 ns reach 10.0000002 s: exactly 100 calls (the
+  -- case allows ±1; integer nanoseconds make it exact)
+  H.eq(#times, 100, "calls")
+  for k, t in ipairs(times) do
+    local ns = math.floor(t * NS + 0.5)
+    H.truthy(ns >= k * 100000000, ("call %d at %d ns, before %d"):format(k, ns, k * 100000000))
+    H.truthy(ns < k * 100000000 + dt_ns, ("call %d at %d ns, late by a frame or more"):format(k, ns))
+  end
+end)
+
+H.case("every_passes_the_intervals_due_and_stays_anchored", function()
+  local got = {}
+  local start = task.time()
+  local h = task.every(0.1, function(n) got[#got + 1] = {n, math.floor((task.time() - start) * 1000 + 0.5)} end)
+  H.frames(1, 0.25)                -- 2.5 intervals in one frame: one call, n = 2
+  H.frames(1, 0.05)                -- 0.30: the 3rd interval is due
+  H.frames(1, 0.05)                -- 0.35: nothing due
+  H.frames(1, 0.05)                -- 0.40: the 4th
+  h:remove()
+  H.eq(got, {{2, 250}, {1, 300}, {1, 400}})
+end)
+
+H.case("every_on_other_clock_and_timing", function()
+  task.time_scale(0)
+  local log = {}
+  local h1 = task.every(0.1, function() log[#log + 1] = "scaled" end)
+  local h2 = task.every(0.1, function() log[#log + 1] = "unscaled@" .. testhost.timing() end,
+    {clock = "unscaled", timing = "LastUpdate"})
+  H.frames(2, 0.1)
+  h1:remove(); h2:remove()
+  H.eq(log, {"unscaled@LastUpdate", "unscaled@LastUpdate"})
+end)
+
+H.case("every_removed_inside_its_call_and_errors_remove_it", function()
+  local n = 0
+  local h
+  h = task.every(0.1, function() n = n + 1; if n == 2 then h:remove() end end)
+  H.frames(5, 0.1)
+  H.eq({n, h:active()}, {2, false})
+  local reports, restore = H.capture_errors()
+  local bad = task.every(0.1, function() error("tick failed") end)
+  H.frames(3, 0.1)
+  restore()
+  H.eq({#reports, bad:active(), reports[1].task}, {1, false, nil})
+  H.has(reports[1].err, "tick failed")
+end)
+
+H.case("every_argument_errors", function()
+  H.has(H.raises(function() task.every(0, print) end), "positive interval")
+  H.has(H.raises(function() task.every(-1, print) end), "non-negative number of seconds")
+  H.has(H.raises(function() task.every(1, nil) end), "function expected")
+  H.has(H.raises(function() task.every(1, print, {clock = "moon"}) end), "unknown clock 'moon'")
+  H.has(H.raises(function() task.every(1, print, {timing = "Later"}) end), "unknown timing 'Later'")
+  H.eq(testhost.callback_count(), 0)
+end)
+
+local function calls_per_frame(spread)
+  local per = {}
+  local frame0 = task.frame()
+  local hs = {}
+  for i = 1, 10000 do
+    hs[i] = task.every(0.5, function()
+      local f = task.frame() - frame0
+      per[f] = (per[f] or 0) + 1
+    end, {spread = spread})
+  end
+  H.frames(60, 1 / 60)               -- two full intervals
+  for i = 1, 10000 do hs[i]:remove() end
+  return per
+end
+
+H.case("every_spread_10000_callbacks_evenly_within_1_5x_average", function()
+  local per = calls_per_frame(true)
+  -- frames 1..30 hold the first round of 10,000 calls: 333.3 per frame on average
+  local total, max = 0, 0
+  for f = 1, 30 do
+    total = total + (per[f] or 0)
+    max = math.max(max, per[f] or 0)
+  end
+  H.eq(total, 10000, "each callback called once in the first interval")
+  local avg = total / 30
+  H.truthy(max <= 1.5 * avg, ("max %d per frame, average %.1f"):format(max, avg))
+end)
+
+H.case("every_without_spread_lands_all_in_one_frame", function()
+  local per = calls_per_frame(false)
+  local frames_with_calls = {}
+  for f, n in pairs(per) do frames_with_calls[#frames_with_calls + 1] = {f, n} end
+  table.sort(frames_with_calls, function(a, b) return a[1] < b[1] end)
+  H.eq(frames_with_calls, {{30, 10000}, {60, 10000}})
+end)
+
+H.run()
