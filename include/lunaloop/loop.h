@@ -15,8 +15,10 @@
 **      waits first, then scaled, unscaled, realtime and fixed-clock timers;
 **      within a kind by deadline, ties in creation order; timers added during
 **      this run wait for the next run even if already due;
-**   4. run the repeating items in registration order; items added during the
-**      run start at the next run; removed items are compacted away in place.
+**   4. run the repeating items by priority (lower first), ties in
+**      registration order; items added during the run start at the next run;
+**      removed items are compacted away in place. A timing with a budget
+**      (luna_loop_set_budget) may defer some items to its next run.
 **
 ** Callbacks may call any loop-thread function, including adding, cancelling
 ** and removing work, but not luna_loop_frame / luna_loop_run / begin_frame /
@@ -183,6 +185,11 @@ typedef struct luna_loop_stats {
   size_t timers[LUNA_TIMING_COUNT]; /* timers pending per timing */
   size_t items[LUNA_TIMING_COUNT];  /* repeating items per timing */
   uint64_t posts_allocated;      /* posts that needed the allocator (pool empty) */
+  uint64_t deferred[LUNA_TIMING_COUNT];        /* item calls deferred by the
+                                                  budget, cumulative: an item
+                                                  deferred by two runs counts 2 */
+  uint64_t budget_exceeded[LUNA_TIMING_COUNT]; /* runs that hit the budget
+                                                  (deferred at least one item) */
 } luna_loop_stats;
 LUNA_API void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out);
 
@@ -250,15 +257,69 @@ typedef struct luna_item_id { uint64_t id; } luna_item_id;
    error and return false. */
 typedef bool (*luna_step_fn)(luna_loop *loop, void *arg);
 
+/* Options of a repeating item. Zero means the default. */
+typedef struct luna_item_options {
+  int priority;    /* lower runs first; equal priorities run in registration order; default 0 */
+  bool essential;  /* always runs, even past the timing's budget */
+} luna_item_options;
+
 /* Registers step(arg) for every run of `timing`, after the items already
-   registered there. Added during a run of that timing, it starts at the next
-   run. 0, LUNA_EINVAL, LUNA_ENOMEM. */
+   registered there with the same or a lower priority and before those with
+   a higher one. Added during a run of that timing (from any step of it), it
+   starts at the next run, whatever its priority. Insertion costs O(log n)
+   plus the items it moves (none when it goes last). *out (may be NULL)
+   receives the handle; `options` is only read during the call. 0,
+   LUNA_EINVAL (NULL loop or step, bad timing), LUNA_ENOMEM; on error step
+   never runs. */
+LUNA_API int luna_item_add_ex(luna_loop *loop, luna_timing timing, luna_step_fn step,
+                              void *arg, const luna_item_options *options, luna_item_id *out);
+
+/* As luna_item_add_ex with default options (priority 0, not essential). */
 LUNA_API int luna_item_add(luna_loop *loop, luna_timing timing, luna_step_fn step,
                            void *arg, luna_item_id *out);
 
 /* Removes an item; safe from inside any callback, including its own step
    (it is only marked then, and never called again). 0 or LUNA_ENOENT. */
 LUNA_API int luna_item_remove(luna_loop *loop, luna_item_id id);
+
+/* ---- budgets ---------------------------------------------------------------- */
+
+/* Caps the time one run of `timing` spends on repeating items (step 4) to
+   `budget` ns, measured on the loop's cost clock from the start of step 4;
+   0 removes the cap (the default). The value is read when step 4 starts, so
+   a change made during that step applies from the next run.
+
+   A run with a budget first calls the items the previous run deferred, in
+   the order they were deferred, then walks the items in their usual order.
+   It reads the cost clock when step 4 starts and before each non-essential
+   item except the first one called in the run, until the budget is spent;
+   once `budget` ns have passed, that item and every
+   non-essential item after it are deferred: they run first at the timing's
+   next run, before the others. Essential items run in their usual place in
+   the walk, even past the budget, and are never deferred. So at least one
+   non-essential item runs in every run, and:
+
+   Fairness bound: with N non-essential items at `timing`, every one of them
+   runs at least once in every N consecutive runs of the timing (at most
+   N - 1 runs skip it in a row), as long as the set of items does not change
+   and luna_loop_stop cuts none of those runs short.
+
+   Cost: without a budget no clock is read. With one, the run reads the
+   cost clock once per non-essential item it calls (CLOCK_MONOTONIC costs
+   about 20-40 ns a read), so for thousands of very cheap items a coarser
+   source of the host's may be worth installing. Removing the budget forgets the
+   deferred items' order: the next run calls every item in its usual order.
+   0 or LUNA_EINVAL (NULL loop, negative budget, bad timing). */
+LUNA_API int luna_loop_set_budget(luna_loop *loop, luna_timing timing, luna_ns budget);
+/* The budget of `timing` in ns; 0 when none (or for a bad timing). */
+LUNA_API luna_ns luna_loop_budget(const luna_loop *loop, luna_timing timing);
+
+/* The clock that budgets measure (monotonic ns). NULL restores the default
+   (CLOCK_MONOTONIC, not the realtime source: under virtual time the
+   realtime clock stands still within a frame). Tests install a fake one.
+   It is called on the loop thread only, during runs of timings that have a
+   budget. 0 or LUNA_EINVAL (NULL loop). */
+LUNA_API int luna_loop_set_cost_source(luna_loop *loop, luna_time_fn fn, void *ud);
 
 LUNA_END_DECLS
 

@@ -5,9 +5,9 @@
 
 #include "clock.h"
 
-/* The default realtime source: CLOCK_MONOTONIC, in ns since an arbitrary
-   origin (the clock's own). */
-static luna_ns monotonic_ns(void *ud) {
+/* The default realtime source (and budgets' cost clock): CLOCK_MONOTONIC,
+   in ns since an arbitrary origin (the clock's own). */
+luna_ns luna__monotonic_ns(void *ud) {
   struct timespec ts;
   (void)ud;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -17,7 +17,7 @@ static luna_ns monotonic_ns(void *ud) {
 void luna__clocks_init(luna__clocks *c, luna_time_fn fn, void *ud) {
   c->scaled = c->unscaled = c->fixed = 0;
   c->rt_base = c->rt_last = 0;
-  c->rt_fn = fn ? fn : monotonic_ns;
+  c->rt_fn = fn ? fn : luna__monotonic_ns;
   c->rt_ud = fn ? ud : NULL;
   c->rt_origin = c->rt_fn(c->rt_ud);
 }
@@ -30,7 +30,7 @@ luna_ns luna__clocks_realtime(luna__clocks *c) {
 }
 
 void luna__clocks_set_source(luna__clocks *c, luna_time_fn fn, void *ud) {
-  c->rt_fn = fn ? fn : monotonic_ns;
+  c->rt_fn = fn ? fn : luna__monotonic_ns;
   c->rt_ud = fn ? ud : NULL;
   c->rt_base = c->rt_last;
   c->rt_origin = c->rt_fn(c->rt_ud);

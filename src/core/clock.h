@@ -23,6 +23,10 @@ typedef struct luna__clocks {
   luna_ns rt_last; /* the last value read, for continuity on a switch */
 } luna__clocks;
 
+/* CLOCK_MONOTONIC in ns (ud unused): the default realtime source and the
+   default cost clock of budgets. */
+luna_ns luna__monotonic_ns(void *ud);
+
 /* All clocks at 0; the realtime source `fn` (NULL: CLOCK_MONOTONIC). */
 void luna__clocks_init(luna__clocks *c, luna_time_fn fn, void *ud);
 

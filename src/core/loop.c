@@ -161,9 +161,9 @@ static bool fire_timers(luna_loop *loop, int timing, uint64_t start_seq) {
 /* One run of `timing`: the four steps of loop.h, in order. */
 static int run_timing(luna_loop *loop, int timing) {
   /* What exists now is what this run may call: timers with a later sequence
-     and items beyond this count were added during the run. */
+     were added during the run, and so were items the runner keeps aside
+     while it is active (from step 1 on). */
   uint64_t start_seq = luna__timers_seq(&loop->timers);
-  size_t nitems = loop->runner.items[timing].n;
   bool stopped;
 
   if (timing == LUNA_FIXED_UPDATE) {
@@ -181,10 +181,10 @@ static int run_timing(luna_loop *loop, int timing) {
   if (!stopped)
     stopped = fire_timers(loop, timing, start_seq);
   if (!stopped)
-    stopped = luna__runner_run(&loop->runner, timing, nitems, loop);
+    stopped = luna__runner_run(&loop->runner, timing, loop);
 
   loop->runner.active = -1;
-  luna__runner_compact(&loop->runner, timing);
+  luna__runner_finish(&loop->runner, timing);
   loop->current = -1;
   if (timing == LUNA_LAST_FIXED_UPDATE)
     loop->in_fixed_step = false;
@@ -358,6 +358,8 @@ void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out) {
                      luna__inbox_pending(&loop->inbox, t);
     out->timers[t] = luna__timers_count(&loop->timers, t);
     out->items[t] = luna__runner_count(&loop->runner, t);
+    out->deferred[t] = loop->runner.deferred[t];
+    out->budget_exceeded[t] = loop->runner.budget_exceeded[t];
   }
   out->posts_allocated = luna__u64_load_relaxed(&loop->inbox.allocated);
 }
@@ -403,15 +405,42 @@ int luna_timer_cancel(luna_loop *loop, luna_timer_id id) {
   return luna__timers_cancel(&loop->timers, id);
 }
 
-int luna_item_add(luna_loop *loop, luna_timing timing, luna_step_fn step,
-                  void *arg, luna_item_id *out) {
+int luna_item_add_ex(luna_loop *loop, luna_timing timing, luna_step_fn step,
+                     void *arg, const luna_item_options *options, luna_item_id *out) {
   if (loop == NULL || step == NULL || !valid_timing((int)timing))
     return LUNA_EINVAL;
-  return luna__runner_add(&loop->runner, &loop->alloc, (int)timing, step, arg, out);
+  return luna__runner_add(&loop->runner, &loop->alloc, (int)timing, step, arg,
+                          options ? options->priority : 0,
+                          options ? options->essential : false, out);
+}
+
+int luna_item_add(luna_loop *loop, luna_timing timing, luna_step_fn step,
+                  void *arg, luna_item_id *out) {
+  return luna_item_add_ex(loop, timing, step, arg, NULL, out);
 }
 
 int luna_item_remove(luna_loop *loop, luna_item_id id) {
   if (loop == NULL)
     return LUNA_EINVAL;
   return luna__runner_remove(&loop->runner, id);
+}
+
+int luna_loop_set_budget(luna_loop *loop, luna_timing timing, luna_ns budget) {
+  if (loop == NULL || !valid_timing((int)timing) || budget < 0)
+    return LUNA_EINVAL;
+  loop->runner.budget[timing] = budget;
+  return 0;
+}
+
+luna_ns luna_loop_budget(const luna_loop *loop, luna_timing timing) {
+  if (loop == NULL || !valid_timing((int)timing))
+    return 0;
+  return loop->runner.budget[timing];
+}
+
+int luna_loop_set_cost_source(luna_loop *loop, luna_time_fn fn, void *ud) {
+  if (loop == NULL)
+    return LUNA_EINVAL;
+  luna__runner_set_cost_source(&loop->runner, fn, ud);
+  return 0;
 }

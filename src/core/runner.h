@@ -1,19 +1,39 @@
 /*
 ** runner.h: the repeating items of each timing (step 4 of a run).
 **
-** Each timing keeps an array of items in registration order. A run calls
-** the items that were registered when the run began; items added during it
-** are appended and first called at the next run. Removal only marks an item
-** (step = NULL) so indices stay stable while a run walks the array; the run
-** of that timing then compacts the array in place, keeping the order.
+** Each timing keeps an array of items sorted by priority (ascending), ties
+** in registration order. A run calls the items that were registered when the
+** run began. Items added to a timing while it runs go to a side array,
+** `pending` (kept in the same order), and are merged into the main array when
+** the run ends, so the main array neither grows nor moves under the walk and
+** an item of a lower priority than the running ones still waits for the next
+** run. Removal only marks an item (step = NULL) so indices stay stable while
+** a run walks the array; the end of that timing's run compacts the array in
+** place, keeping the order. A removed item keeps its priority, so the array
+** stays sorted for the binary search of an insertion.
 **
 ** Handles are {slot index + generation} in one slab shared by all timings:
 ** the slot records where its item is, and a removed item's slot gets a new
 ** generation, so a stale handle is LUNA_ENOENT, never a wrong item.
 **
-** Room to grow: an item is one array element; a priority or a per-timing time
-** budget can be added as fields of it and of luna__items without changing
-** the handle or the run protocol.
+** Budgets (luna_loop_set_budget). With a budget, a run calls first the items
+** the previous run deferred, in the order they were deferred (a list linked
+** through the slots, so removing one is O(1)), then walks the array in order:
+** essential items always, the other items while the budget lasts. Once the
+** cost clock says the budget is spent, each non-essential item still to be
+** called is appended to the deferred list instead. At least one non-essential
+** item is called per run. Without a budget the run is the plain walk and no
+** clock is read; with one, each non-essential call but the first costs a
+** clock read, and the walk touches the slot of every item.
+**
+** Fairness bound: in a run, order the non-essential items as they would be
+** called (deferred list, then the others in array order). If c >= 1 are
+** called, an item at position p >= c (0-based) is deferred and sits at
+** position p - c in the next run's order; an item that was called is at
+** position <= N - 1. So with N non-essential items, while the set of items
+** does not change and no run is cut short by luna_loop_stop, every
+** non-essential item is called at least once in every N consecutive runs of
+** its timing (at most N - 1 runs between two calls).
 **
 ** Loop thread only.
 */
@@ -26,25 +46,42 @@
 #include "alloc.h"
 #include "lunaloop/loop.h"
 
+/* One element of a timing's array: what the hot path reads, 24 bytes on
+   LP64. The flags the budgeted path needs live in the slot. */
 typedef struct luna__item {
   luna_step_fn step; /* NULL: removed, waiting for compaction */
   void *arg;
   uint32_t slot;     /* its handle's slot */
+  int priority;      /* the array's sort key; kept after removal */
 } luna__item;
 
 /* The items of one timing. */
 typedef struct luna__items {
-  luna__item *a;
+  luna__item *a;       /* sorted; its length stays fixed during a run */
   size_t n, cap;
-  size_t dead; /* removed but not yet compacted */
+  size_t dead;         /* removed but not yet compacted */
+  luna__item *pending; /* added during the run of this timing, sorted */
+  size_t npending, pending_cap;
+  size_t pending_dead;
+  uint32_t defer_head, defer_tail; /* deferred list: slot + 1; 0: empty */
+  size_t ndeferred;
 } luna__items;
+
+/* Slot flags. */
+#define LUNA__SLOT_PENDING 0x01u   /* the item is in `pending`, not in `a` */
+#define LUNA__SLOT_ESSENTIAL 0x02u /* never deferred */
+#define LUNA__SLOT_DEFERRED 0x04u  /* on its timing's deferred list */
+#define LUNA__SLOT_DONE 0x08u      /* called from the deferred list in this
+                                      run: the array walk skips it */
 
 /* A handle slot: where its item is while live; the free-list link when not. */
 typedef struct luna__item_slot {
   uint32_t gen;
-  uint32_t pos;    /* live: index in its timing's array; free: next free + 1 */
+  uint32_t pos;        /* live: index in its array; free: next free + 1 */
+  uint32_t prev, next; /* deferred list links (slot + 1; 0: none) */
   uint8_t timing;
   uint8_t live;
+  uint8_t flags;       /* LUNA__SLOT_*; 0 when free */
 } luna__item_slot;
 
 typedef struct luna__runner {
@@ -53,25 +90,39 @@ typedef struct luna__runner {
   size_t nslots, slots_cap;
   uint32_t free_slot; /* first free slot + 1; 0: none */
   int active;         /* the timing whose run is in progress, or -1: its
-                         array must not be compacted until the run ends */
+                         array must not change shape until the run ends */
+
+  /* Budgets, read once at the start of each run of the timing. */
+  luna_ns budget[LUNA_TIMING_COUNT]; /* 0: none */
+  luna_time_fn cost_fn;              /* never NULL */
+  void *cost_ud;
+  uint64_t deferred[LUNA_TIMING_COUNT];        /* see luna_loop_stats */
+  uint64_t budget_exceeded[LUNA_TIMING_COUNT];
 } luna__runner;
 
 void luna__runner_init(luna__runner *r);
 
+/* Adds an item after those of the same priority. 0 or LUNA_ENOMEM. */
 int luna__runner_add(luna__runner *r, const luna__alloc *a, int timing,
-                     luna_step_fn step, void *arg, luna_item_id *out);
+                     luna_step_fn step, void *arg, int priority, bool essential,
+                     luna_item_id *out);
 int luna__runner_remove(luna__runner *r, luna_item_id id);
 
-/* Step 4: calls the first `count` items of `timing` (the number there when
-   the run began) that are still live. Returns true when luna_loop_stop
+/* Step 4: calls the items of `timing` that were registered when its run
+   began (r->active must be `timing`). Returns true when luna_loop_stop
    interrupted it. */
-bool luna__runner_run(luna__runner *r, int timing, size_t count, luna_loop *loop);
+bool luna__runner_run(luna__runner *r, int timing, luna_loop *loop);
 
-/* Compacts away removed items of `timing`, order kept. Not during its run. */
-void luna__runner_compact(luna__runner *r, int timing);
+/* Ends a run of `timing` (after r->active went back to -1): compacts away
+   removed items and merges the items added during the run, order kept.
+   Never allocates: luna__runner_add reserved the room. */
+void luna__runner_finish(luna__runner *r, int timing);
 
 /* Items registered at `timing` right now (live ones). */
 size_t luna__runner_count(const luna__runner *r, int timing);
+
+/* Installs the cost clock (NULL: CLOCK_MONOTONIC). */
+void luna__runner_set_cost_source(luna__runner *r, luna_time_fn fn, void *ud);
 
 /* Removes every item of every timing (luna_loop_reset); handles go stale. */
 void luna__runner_drop(luna__runner *r);
