@@ -3,7 +3,9 @@
 ** yields, frame counts, delays and predicates at a chosen timing of a loop.
 **
 ** Threads: every function here is for the loop thread, the thread that
-** drives the loop and owns the Lua state, except luna_lua_interrupt.
+** drives the loop and owns the Lua state, except luna_lua_interrupt and the
+** promise functions that lunaloop/promise.h marks ANY thread (completing,
+** polling, retaining and releasing a promise).
 **
 ** Lifetimes: a Task is a Lua value; it stays alive while it is not settled
 ** (the binding holds it) and is collected like any value afterwards.
@@ -14,9 +16,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* lua.h has no C++ guards of its own (lua.hpp adds them): include it with C
+   linkage, so that a C++ host links against the C Lua library. */
+#ifdef __cplusplus
+extern "C" {
+#endif
 #include <lua.h>
+#ifdef __cplusplus
+}
+#endif
 
 #include "lunaloop.h"
+#include "lunaloop/promise.h" /* promises completed by the host's threads */
 
 LUNA_BEGIN_DECLS
 

@@ -6,13 +6,16 @@
 -- with small watcher tasks (each awaits one input and reports back), so the
 -- caller is woken in the same run as the input settles. Combinators cancel
 -- what they started (watchers, function inputs spawned as children), never
--- the Tasks they were given.
+-- the Tasks or host Promises they were given: a watcher awaits a Promise
+-- with await_promise, which unlike task.await does not give the promise up
+-- when the watcher is cancelled.
 local M, I = ...
 
 local spawn, await, cancel, current = M.spawn, M.await, M.cancel, M.current
 local is_cancelled = M.is_cancelled
 local suspend, wake = I.suspend, I.wake
 local new_task, start, is_task = I.new_task, I.start, I.is_task
+local is_promise, await_promise = I.is_promise, I.await_promise
 local pack, unpack, select, type, error, pcall = table.pack, table.unpack, select, type, error, pcall
 local setmetatable, tostring = setmetatable, tostring
 
@@ -29,7 +32,7 @@ local function check_seconds(fname, n, s)
   end
 end
 
--- Checks the inputs (Tasks or functions) and the await context, then turns
+-- Checks the inputs (Tasks, Promises or functions) and the await context, then turns
 -- functions into children: created now (not started), started by the
 -- caller once watched, so no child can fail unwatched.
 local function collect(fname, ...)
@@ -37,8 +40,8 @@ local function collect(fname, ...)
   local tasks, children = {...}, {}
   for i = 1, n do
     local x = tasks[i]
-    if type(x) ~= "function" and not is_task(x) then
-      argerror(fname, i, "expected a Task or a function, got " .. type(x), 3)
+    if type(x) ~= "function" and not is_task(x) and not is_promise(x) then
+      argerror(fname, i, "expected a Task, a Promise or a function, got " .. type(x), 3)
     end
   end
   if fname == "when_any" and n == 0 then
@@ -55,8 +58,14 @@ local function collect(fname, ...)
   return tasks, children, n
 end
 
--- A watcher awaits one task and hands the outcome to `notify`.
-local function watcher(x, i, notify) notify(i, pcall(await, x)) end
+-- Awaits an input: a Task, or a Promise without giving it up if cancelled.
+local function await_input(x)
+  if is_promise(x) then return await_promise(x) end
+  return await(x)
+end
+
+-- A watcher awaits one input and hands the outcome to `notify`.
+local function watcher(x, i, notify) notify(i, pcall(await_input, x)) end
 
 -- Starts watching `tasks` and the children; returns the watcher list.
 local function watch_all(tasks, n, children, notify)
@@ -83,7 +92,7 @@ local function wait_for(state, done)
 end
 
 --- task.when_all(...) -> first result of each input, in argument order.
--- Inputs are Tasks or functions (spawned as children). Raises the first
+-- Inputs are Tasks, Promises or functions (spawned as children). Raises the first
 -- error as soon as it happens (a cancelled input raises the cancellation
 -- error); then cancels the children it started, never the Tasks it was given.
 function M.when_all(...)
@@ -135,16 +144,19 @@ function M.when_any(...)
 end
 
 --- task.timeout(seconds, fn, ...) -> fn's results.
--- Runs fn(...) as a child task (or waits for a given Task). If it has not
+-- Runs fn(...) as a child task (or waits for a given Task or Promise). If it has not
 -- finished when `seconds` have passed on the scaled clock (checked at
 -- Update), the child is cancelled (its to-be-closed variables see the
 -- cancellation error) and a timeout error is raised: task.is_timeout(err)
--- is true, task.is_cancelled(err) false. A given Task is not cancelled.
+-- is true, task.is_cancelled(err) false. A given Task is not cancelled, nor
+-- a given Promise (to abort the job on timeout, await it in a function:
+-- timeout(s, function() return task.await(p) end) cancels that child, and
+-- so gives the promise up).
 function M.timeout(seconds, fn, ...)
   check_seconds("timeout", 1, seconds)
   local own = type(fn) == "function"
-  if not own and not is_task(fn) then
-    argerror("timeout", 2, "expected a function or a Task, got " .. type(fn))
+  if not own and not is_task(fn) and not is_promise(fn) then
+    argerror("timeout", 2, "expected a function, a Task or a Promise, got " .. type(fn))
   end
   I.check_await("task.timeout")
   local me = current()
@@ -157,7 +169,7 @@ function M.timeout(seconds, fn, ...)
       if state.waiting then wake(me) end
     end
   end
-  local w = spawn(function() settle(pack(pcall(await, child))) end)
+  local w = spawn(function() settle(pack(pcall(await_input, child))) end)
   local timer = spawn(function() M.delay(seconds); settle("timeout") end)
   if own then start(child) end
   local ok, err = wait_for(state, function() return outcome ~= nil end)

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "binding.h"
+#include "promise.h"
 
 /* ---- checked arguments ---------------------------------------------------- */
 
@@ -252,8 +253,10 @@ static int l_wait_while(lua_State *L) {
 static int l_await(lua_State *L) {
   luna__task *target = luna__test_task(L, 1);
   luna__task *t, *p;
+  if (target == NULL && luna__is_promise(L, 1)) /* a host's promise: promise.c */
+    return luna__await_promise(L, 1, true);
   if (target == NULL)
-    return luaL_typeerror(L, 1, "Task");
+    return luaL_typeerror(L, 1, "Task or Promise");
   t = luna__check_await(L, "task.await");
   if (LUNA__SETTLED(target)) {
     int n = luna__push_result(L, target);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "promise.h"
 
 /* The chunk, generated at build time from lua/lunaloop/compose.lua. */
 extern const char luna__compose_lua[];
@@ -135,6 +136,8 @@ static const luaL_Reg internal_funcs[] = {
     {"report", l_report},
     {"timeout_error", l_timeout_error},
     {"is_task", l_is_task},
+    {"is_promise", luna__l_is_promise},
+    {"await_promise", luna__l_watch_promise},
     {NULL, NULL}};
 
 /* Runs the composition chunk with (module, internals); it adds when_all,

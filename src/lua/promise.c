@@ -1,0 +1,742 @@
+/*
+** promise.c: promises, a host job's result completed from any thread and
+** awaited by Lua tasks (include/lunaloop/promise.h is the contract).
+**
+** Two halves meet here:
+** - The C side (struct luna_promise) is shared with the host's threads. It
+**   holds an atomic reference count, the completion (claimed once, by one
+**   compare-and-swap, from any thread), the "given up" flag (Lua no longer
+**   wants the result) and the payload of the completion. A completion
+**   travels to the loop thread as one luna_post of deliver_cb.
+** - The Lua side (luna__pud, the Promise userdata) lives in one Lua state
+**   and is touched on the loop thread only. It keeps the outcome once it
+**   arrived (user value 1: a packed table of values, or the error) and the
+**   tasks awaiting it in order (user value 2: an array of Tasks).
+**
+** Invariants:
+** - pud->p and p->ud point at each other exactly while the Lua side waits
+**   for the result (status PENDING and not given up); then the Lua side
+**   holds one reference. Settling or giving up breaks both links first
+**   ("let go") and drops that reference, so a late delivery or completion
+**   finds p->ud == NULL and only frees its payload.
+** - A task awaiting a promise waits with W_EXTERNAL and is listed in user
+**   value 2. Every way it leaves the wait resumes its coroutine through
+**   await_k (a delivery wakes it after unlisting it; a cancellation or a
+**   scope interrupt resumes it while still listed), so await_k tells the
+**   two apart by whether the task was still listed.
+** - Delivery wakes with luna__wake and pumps once at the end, so awaiters
+**   resume in the order they began awaiting, within the same run.
+** - A per-state hub (registry) lists the pending Lua sides, so that
+**   luna_loop_reset and luna_loop_free give them up, and maps each luna__pud
+**   to its userdata through a weak table (a delivery must find the value
+**   without keeping it alive: an unreachable Promise may be collected).
+*/
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+#include "lunaloop_lua.h"
+#include "promise.h"
+
+/* ---- the shared C side ----------------------------------------------------- */
+
+/* Written when the promise is created and when it is freed, so that a call
+   on a freed promise usually fails with LUNA_EINVAL instead of going on. */
+#define PROMISE_MAGIC UINT32_C(0x6c50726f) /* "lPro" */
+#define PROMISE_DEAD UINT32_C(0x64656164)  /* "dead" */
+
+enum { COMPLETION_NONE = 0, COMPLETION_RESOLVE = 1, COMPLETION_REJECT = 2 };
+
+typedef struct luna__pud luna__pud;
+
+struct luna_promise {
+  uint32_t magic;
+  _Atomic(uint32_t) refs;  /* host references, the Lua side, an undelivered post */
+  _Atomic(int) completion; /* COMPLETION_NONE until one completer claims it */
+  _Atomic(bool) given_up;  /* Lua will never look at the result */
+  luna_loop *loop;         /* immutable after creation */
+  uint8_t timing;          /* immutable: where deliver_cb runs */
+  /* The payload: written by the completer that claimed the completion,
+     read by the loop thread after the post (the inbox's release/acquire
+     pair orders them), or by the completer itself when it discards. */
+  luna_promise_push_fn push;
+  void *data;
+  luna_promise_free_fn free_data;
+  char *message; /* reject: a malloc'd copy */
+  /* Loop thread only. */
+  luna__pud *ud; /* the Lua side while it waits for the result, or NULL */
+  luna_promise_cancel_fn on_cancel;
+  void *cancel_ud;
+};
+
+/* Relaxed: a statistic for tests; nothing is published through it. */
+static _Atomic(long) live_promises;
+
+long luna__promise_live_count(void) {
+  return atomic_load_explicit(&live_promises, memory_order_relaxed);
+}
+
+static bool valid(const luna_promise *p) {
+  return p != NULL && p->magic == PROMISE_MAGIC;
+}
+
+static void release(luna_promise *p) {
+  /* Release: this holder's writes to *p happen before the free. Acquire:
+     the holder that frees sees every other holder's writes. (An acq_rel
+     read-modify-write rather than a separate fence, which ThreadSanitizer
+     does not model.) */
+  if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  p->magic = PROMISE_DEAD;
+  free(p->message);
+  free(p);
+  atomic_fetch_sub_explicit(&live_promises, 1, memory_order_relaxed);
+}
+
+/* Frees the payload of a completion (the data through its free callback). */
+static void discard_payload(luna_promise *p) {
+  luna_promise_free_fn free_data = p->free_data;
+  void *data = p->data;
+  p->push = NULL;
+  p->data = NULL;
+  p->free_data = NULL;
+  free(p->message);
+  p->message = NULL;
+  if (free_data != NULL)
+    free_data(data);
+}
+
+static void deliver_cb(luna_loop *loop, void *arg);
+
+/* Sends a claimed completion to the loop thread, or, when Lua already gave
+   the promise up, frees its payload right here. 0 or LUNA_ENOMEM (then the
+   payload is still the caller's and nothing was posted). */
+static int publish(luna_promise *p) {
+  int rc;
+  /* Sequentially consistent, paired with let_go: the completer claims the
+     completion then reads given_up; the loop thread sets given_up then
+     reads the completion. At least one of them sees the other's write, so
+     either the cancel callback is skipped or the payload is discarded here
+     (or both), never neither. */
+  if (atomic_load(&p->given_up)) {
+    discard_payload(p);
+    return 0;
+  }
+  /* Relaxed: the caller holds a reference, so the count cannot reach zero
+     meanwhile; the post itself publishes the promise to the loop thread. */
+  atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+  rc = luna_post(p->loop, (luna_timing)p->timing, deliver_cb, p);
+  if (rc != 0)
+    atomic_fetch_sub_explicit(&p->refs, 1, memory_order_relaxed);
+  return rc;
+}
+
+/* Claims the completion for `kind`; false when it was already claimed. */
+static bool claim(luna_promise *p, int kind) {
+  int expected = COMPLETION_NONE;
+  /* Sequentially consistent: see publish. */
+  return atomic_compare_exchange_strong(&p->completion, &expected, kind);
+}
+
+/* Undoes a claim whose post failed, after the payload fields were cleared
+   (so that a completer claiming next never races with the clearing). */
+static void unclaim(luna_promise *p) {
+  atomic_store(&p->completion, COMPLETION_NONE);
+}
+
+/* ---- the Lua side ------------------------------------------------------------ */
+
+typedef enum pstatus { P_PENDING, P_DONE, P_FAILED, P_CANCELLED } pstatus;
+
+typedef struct hub hub;
+
+struct luna__pud {
+  luna_promise *p;  /* while waiting for the result; NULL once let go */
+  luna__binding *b;
+  hub *hub;
+  uint8_t status;   /* pstatus */
+  uint32_t ndirect; /* tasks in task.await(p), not combinator watchers */
+  luna__pud *prev, *next; /* the hub's pending list */
+};
+
+/* One per Lua state, created with its first promise, finalized when the
+   state closes (after the promises, which are younger). */
+struct hub {
+  luna__binding *b;
+  luna_loop *loop; /* whose listener we are; NULL once it was freed */
+  luna__pud *first, *last;
+};
+
+/* Registry keys: the addresses are unique in the process. */
+static const char hub_key = 'H';
+static const char weak_key = 'W';
+
+static void unlink_pending(luna__pud *pud) {
+  hub *h = pud->hub;
+  if (pud->prev != NULL)
+    pud->prev->next = pud->next;
+  else
+    h->first = pud->next;
+  if (pud->next != NULL)
+    pud->next->prev = pud->prev;
+  else
+    h->last = pud->prev;
+  pud->prev = pud->next = NULL;
+}
+
+/* Lets go of the C side: breaks the links, drops the Lua side's reference.
+   With tell_host (Lua gives up without the result): marks it given up and
+   runs the host's cancel callback unless a completion was already claimed. */
+static void let_go(luna__pud *pud, bool tell_host) {
+  luna_promise *p = pud->p;
+  if (p == NULL)
+    return;
+  unlink_pending(pud);
+  pud->p = NULL;
+  p->ud = NULL;
+  if (tell_host) {
+    /* Sequentially consistent: see publish. */
+    atomic_store(&p->given_up, true);
+    if (atomic_load(&p->completion) == COMPLETION_NONE && p->on_cancel != NULL) {
+      luna_promise_cancel_fn fn = p->on_cancel;
+      p->on_cancel = NULL;
+      fn(p, p->cancel_ud);
+    }
+  }
+  release(p);
+}
+
+/* Pushes the Promise value of pud, or returns false (nothing pushed) when
+   it is unreachable and being collected. */
+static bool push_ud(lua_State *L, luna__pud *pud) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &weak_key);
+  lua_rawgetp(L, -1, pud);
+  lua_remove(L, -2);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return false;
+  }
+  return true;
+}
+
+/* Pushes what awaiting a settled promise gives: its values (returns their
+   count) or its error (returns 1). */
+static int push_outcome(lua_State *L, int ud, luna__pud *pud) {
+  lua_Integer i, n;
+  if (pud->status == P_CANCELLED) {
+    luna__push_cancel_error(L);
+    return 1;
+  }
+  lua_getiuservalue(L, ud, 1);
+  if (pud->status == P_FAILED)
+    return 1;
+  lua_getfield(L, -1, "n");
+  n = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  luaL_checkstack(L, (int)n + 1, "too many results");
+  for (i = 1; i <= n; i++)
+    lua_rawgeti(L, -(int)i, i);
+  lua_remove(L, -(int)n - 1);
+  return (int)n;
+}
+
+/* Wakes every task listed as awaiting the settled promise at `ud`, in the
+   order they began awaiting, with copies of its outcome, and empties the
+   list. A listed task that is not waiting any more (a scope interrupt
+   already woke it) is skipped: its await_k raises what it was woken with. */
+static void wake_waiters(lua_State *L, int ud, luna__pud *pud) {
+  luna__binding *b = pud->b;
+  lua_Integer i, n;
+  int list;
+  if (lua_getiuservalue(L, ud, 2) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return;
+  }
+  list = lua_gettop(L);
+  n = (lua_Integer)lua_rawlen(L, list);
+  for (i = 1; i <= n; i++) {
+    luna__task *t;
+    lua_rawgeti(L, list, i);
+    t = luna__test_task(L, -1);
+    lua_pop(L, 1);
+    if (t != NULL && t->state == LUNA__SUSPENDED && t->wait == LUNA__W_EXTERNAL) {
+      int nv = push_outcome(L, ud, pud);
+      luna__wake(b, t, L, nv, pud->status != P_DONE);
+    }
+  }
+  lua_pop(L, 1);
+  lua_pushnil(L);
+  lua_setiuservalue(L, ud, 2);
+}
+
+/* Lua gives up the pending promise at `ud`: it is cancelled, the host is
+   told, its awaiters get the cancellation error (the caller pumps). */
+static void give_up(lua_State *L, int ud, luna__pud *pud) {
+  if (pud->status != P_PENDING)
+    return;
+  pud->status = P_CANCELLED;
+  let_go(pud, true);
+  wake_waiters(L, ud, pud);
+}
+
+/* Calls the host's push callback in protected mode: (p) -> values. */
+static int call_push(lua_State *L) {
+  luna_promise *p = (luna_promise *)lua_touserdata(L, 1);
+  int base, n;
+  lua_settop(L, 0);
+  base = lua_gettop(L);
+  n = p->push(L, p->data);
+  if (n < 0 || n > lua_gettop(L) - base)
+    return luaL_error(L, "promise push callback returned %d but pushed %d values", n,
+                      lua_gettop(L) - base);
+  return n;
+}
+
+/* The completion arrived (loop thread, at the promise's timing): store the
+   outcome in the Promise, free the payload, wake the awaiters. */
+static void settle(luna__pud *pud) {
+  luna_promise *p = pud->p;
+  lua_State *L = luna__exec_state(pud->b);
+  int top = lua_gettop(L), ud;
+  lua_checkstack(L, 8);
+  if (!push_ud(L, pud)) {
+    /* Unreachable, finalizer pending: its __gc lets go of the C side. */
+    discard_payload(p);
+    return;
+  }
+  ud = lua_gettop(L);
+  if (atomic_load_explicit(&p->completion, memory_order_relaxed) == COMPLETION_REJECT) {
+    lua_pushstring(L, p->message);
+    pud->status = P_FAILED;
+  } else if (p->push == NULL) {
+    lua_createtable(L, 0, 1);
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "n");
+    pud->status = P_DONE;
+  } else {
+    lua_pushcfunction(L, call_push);
+    lua_pushlightuserdata(L, p);
+    if (lua_pcall(L, 1, LUA_MULTRET, 0) == LUA_OK) {
+      int i, n = lua_gettop(L) - ud;
+      lua_createtable(L, n, 1);
+      lua_insert(L, ud + 1);
+      for (i = n; i >= 1; i--)
+        lua_rawseti(L, ud + 1, i);
+      lua_pushinteger(L, n);
+      lua_setfield(L, -2, "n");
+      pud->status = P_DONE;
+    } else {
+      pud->status = P_FAILED; /* the push raised: that error is the outcome */
+    }
+  }
+  lua_setiuservalue(L, ud, 1);
+  discard_payload(p);
+  let_go(pud, false);
+  wake_waiters(L, ud, pud);
+  lua_settop(L, top);
+}
+
+static void deliver_cb(luna_loop *loop, void *arg) {
+  luna_promise *p = (luna_promise *)arg;
+  luna__pud *pud = p->ud;
+  luna__binding *b = NULL;
+  (void)loop;
+  if (pud != NULL && pud->status == P_PENDING) {
+    b = pud->b;
+    settle(pud);
+  } else {
+    discard_payload(p); /* Lua let go meanwhile: nothing to do in Lua */
+  }
+  release(p); /* the post's reference */
+  if (b != NULL)
+    luna__pump(b);
+}
+
+/* ---- the hub: reset, free and close --------------------------------------------- */
+
+/* luna_loop_reset / luna_loop_free: the binding's own listener (registered
+   before ours) has cancelled the state's tasks, which gave up the promises
+   they awaited; what is still pending is given up here. */
+static void hub_event(luna_loop *loop, luna_event event, void *ud) {
+  hub *h = (hub *)ud;
+  lua_State *L = luna__exec_state(h->b);
+  (void)loop;
+  while (h->first != NULL) {
+    luna__pud *pud = h->first;
+    int top = lua_gettop(L);
+    if (push_ud(L, pud))
+      give_up(L, top + 1, pud);
+    else
+      let_go(pud, true);
+    lua_settop(L, top);
+  }
+  luna__pump(h->b);
+  if (event == LUNA_EVENT_FREE)
+    h->loop = NULL;
+}
+
+/* The state closes. Its Promises were finalized first (they are younger),
+   so the list is normally empty already. */
+static int hub_gc(lua_State *L) {
+  hub *h = (hub *)lua_touserdata(L, 1);
+  while (h->first != NULL)
+    let_go(h->first, true);
+  if (h->loop != NULL) {
+    luna_loop_remove_listener(h->loop, hub_event, h);
+    h->loop = NULL;
+  }
+  return 0;
+}
+
+static void open_metatable(lua_State *L);
+
+/* The hub of L's state, created (with the weak table and the Promise
+   metatable) on first use; NULL when the loop listener cannot be added. */
+static hub *get_hub(lua_State *L, luna__binding *b) {
+  hub *h;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hub_key) == LUA_TUSERDATA) {
+    h = (hub *)lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return h;
+  }
+  lua_pop(L, 1);
+  open_metatable(L);
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "v");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &weak_key);
+  h = (hub *)lua_newuserdatauv(L, sizeof *h, 0);
+  memset(h, 0, sizeof *h);
+  h->b = b;
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, hub_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  /* Last, after everything that may raise a memory error, so that a raise
+     never leaves a listener pointing at an unanchored hub. */
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &hub_key);
+  lua_pop(L, 1);
+  if (luna_loop_add_listener(b->loop, hub_event, h) != 0)
+    return NULL;
+  h->loop = b->loop;
+  return h;
+}
+
+/* ---- checked accessors ------------------------------------------------------------ */
+
+bool luna__is_promise(lua_State *L, int idx) {
+  return luaL_testudata(L, idx, LUNA__PROMISE_MT) != NULL;
+}
+
+static luna__pud *check_pud(lua_State *L, int idx) {
+  return (luna__pud *)luaL_checkudata(L, idx, LUNA__PROMISE_MT);
+}
+
+static const char *status_name(const luna__pud *pud) {
+  static const char *const names[] = {"pending", "done", "failed", "cancelled"};
+  return names[pud->status];
+}
+
+/* ---- awaiting ------------------------------------------------------------------------ */
+
+/* Appends t to the awaiters of the Promise at ud. */
+static void add_waiter(lua_State *L, int ud, luna__task *t) {
+  if (lua_getiuservalue(L, ud, 2) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_createtable(L, 1, 0);
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, ud, 2);
+  }
+  luna__push_task(L, t);
+  lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+  lua_pop(L, 1);
+}
+
+/* Removes t from the awaiters of the Promise at ud, keeping the order of
+   the others. False when it was not listed (a delivery unlisted it). */
+static bool remove_waiter(lua_State *L, int ud, luna__task *t) {
+  lua_Integer i, j, n;
+  bool found = false;
+  if (lua_getiuservalue(L, ud, 2) == LUA_TTABLE) {
+    n = (lua_Integer)lua_rawlen(L, -1);
+    for (i = 1; i <= n && !found; i++) {
+      lua_rawgeti(L, -1, i);
+      found = luna__test_task(L, -1) == t;
+      lua_pop(L, 1);
+    }
+    if (found) {
+      for (j = i - 1; j < n; j++) {
+        lua_rawgeti(L, -1, j + 1);
+        lua_rawseti(L, -2, j);
+      }
+      lua_pushnil(L);
+      lua_rawseti(L, -2, n);
+    }
+  }
+  lua_pop(L, 1);
+  return found;
+}
+
+/* The continuation of an await on a promise; the Promise is at index 1.
+   Woken by the delivery (already unlisted): return the values, or raise
+   the rejection. Still listed: the task was cancelled (or its scope
+   interrupted it); if it was the last task awaiting with task.await, Lua
+   gives the promise up, and the host is told. */
+static int await_k(lua_State *L, int status, lua_KContext ctx) {
+  luna__binding *b = luna__get_binding(L);
+  luna__task *t = b->current;
+  luna__pud *pud = (luna__pud *)lua_touserdata(L, 1);
+  bool direct = ctx != 0;
+  bool listed = remove_waiter(L, 1, t);
+  (void)status;
+  if (listed && direct)
+    pud->ndirect--;
+  if (t->resume_error) {
+    t->resume_error = false;
+    if (listed && direct && pud->ndirect == 0 && pud->status == P_PENDING) {
+      lua_pushvalue(L, 1);
+      give_up(L, lua_gettop(L), pud);
+      lua_pop(L, 1);
+    }
+    return lua_error(L);
+  }
+  return t->nresume;
+}
+
+int luna__await_promise(lua_State *L, int idx, bool direct) {
+  luna__pud *pud = check_pud(L, idx);
+  luna__task *t = luna__check_await(L, "task.await");
+  if (idx != 1)
+    return luaL_error(L, "lunaloop: a promise is awaited from argument 1");
+  if (pud->status != P_PENDING) {
+    int n = push_outcome(L, 1, pud);
+    if (pud->status == P_DONE)
+      return n;
+    return lua_error(L);
+  }
+  if (pud->b != t->b)
+    return luaL_argerror(L, 1, "the promise belongs to another Lua state");
+  lua_settop(L, 1); /* keeps the Promise alive while we wait, for await_k */
+  add_waiter(L, 1, t);
+  if (direct)
+    pud->ndirect++;
+  t->wait = LUNA__W_EXTERNAL;
+  t->timing = pud->p->timing;
+  return lua_yieldk(L, 0, (lua_KContext)direct, await_k);
+}
+
+int luna__l_is_promise(lua_State *L) {
+  lua_pushboolean(L, luna__is_promise(L, 1));
+  return 1;
+}
+
+int luna__l_watch_promise(lua_State *L) {
+  check_pud(L, 1);
+  lua_settop(L, 1);
+  return luna__await_promise(L, 1, false);
+}
+
+/* ---- the Promise object --------------------------------------------------------------- */
+
+/* p:status() -> "pending" | "done" | "failed" | "cancelled" */
+static int l_status(lua_State *L) {
+  lua_pushstring(L, status_name(check_pud(L, 1)));
+  return 1;
+}
+
+/* p:result() -> true, ... when done; false, err when failed or cancelled.
+   Raises while pending. */
+static int l_result(lua_State *L) {
+  luna__pud *pud = check_pud(L, 1);
+  int n;
+  if (pud->status == P_PENDING)
+    return luaL_error(L, "promise is pending; await it instead");
+  lua_pushboolean(L, pud->status == P_DONE);
+  n = push_outcome(L, 1, pud);
+  return n + 1;
+}
+
+/* p:cancel(): gives the promise up: its awaiters get the cancellation error
+   (they resume in this run), the host's cancel callback runs, a later
+   completion is discarded. A settled promise is left alone. */
+static int l_cancel(lua_State *L) {
+  luna__pud *pud = check_pud(L, 1);
+  luna__binding *b = pud->b;
+  if (pud->status == P_PENDING) {
+    lua_State *saved = b->exec_L;
+    if (b->depth == 0)
+      b->exec_L = L;
+    give_up(L, 1, pud);
+    luna__pump(b);
+    b->exec_L = saved;
+  }
+  return 0;
+}
+
+static int l_tostring(lua_State *L) {
+  lua_pushfstring(L, "Promise(%s)", status_name(check_pud(L, 1)));
+  return 1;
+}
+
+/* Collected (or the state closes) before the result arrived: Lua gives it
+   up without touching other values (no task can be waiting on an
+   unreachable promise; at lua_close the tasks are cancelled afterwards). */
+static int l_gc(lua_State *L) {
+  luna__pud *pud = (luna__pud *)lua_touserdata(L, 1);
+  if (pud->status == P_PENDING)
+    pud->status = P_CANCELLED;
+  let_go(pud, true);
+  return 0;
+}
+
+static const luaL_Reg promise_methods[] = {
+    {"status", l_status}, {"result", l_result}, {"cancel", l_cancel}, {NULL, NULL}};
+
+static const luaL_Reg promise_meta[] = {
+    {"__close", l_cancel}, {"__tostring", l_tostring}, {"__gc", l_gc}, {NULL, NULL}};
+
+static void open_metatable(lua_State *L) {
+  if (luaL_newmetatable(L, LUNA__PROMISE_MT)) {
+    luaL_setfuncs(L, promise_meta, 0);
+    luaL_newlib(L, promise_methods);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+}
+
+/* ---- the C API ------------------------------------------------------------------------ */
+
+LUNA_API int luna_lua_promise_new(lua_State *L, luna_timing timing, luna_promise **out) {
+  luna__binding *b;
+  luna__pud *pud;
+  luna_promise *p;
+  hub *h;
+  if (L == NULL || out == NULL || (int)timing < 0 || (int)timing >= LUNA_TIMING_COUNT)
+    return LUNA_EINVAL;
+  b = luna__get_binding(L);
+  if (b == NULL)
+    return LUNA_EINVAL;
+  if (b->loop == NULL || b->closing)
+    return LUNA_ESTATE;
+  h = get_hub(L, b);
+  if (h == NULL)
+    return LUNA_ENOMEM;
+  /* Lua allocations first (they may raise), then the C side. */
+  pud = (luna__pud *)lua_newuserdatauv(L, sizeof *pud, 2);
+  memset(pud, 0, sizeof *pud);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &weak_key);
+  lua_pushvalue(L, -2);
+  lua_rawsetp(L, -2, pud);
+  lua_pop(L, 1);
+  p = (luna_promise *)calloc(1, sizeof *p);
+  if (p == NULL) {
+    lua_pop(L, 1); /* no metatable yet: collected like a plain value */
+    return LUNA_ENOMEM;
+  }
+  p->magic = PROMISE_MAGIC;
+  atomic_init(&p->refs, 2); /* the caller's and the Lua side's */
+  atomic_init(&p->completion, COMPLETION_NONE);
+  atomic_init(&p->given_up, false);
+  p->loop = b->loop;
+  p->timing = (uint8_t)timing;
+  p->ud = pud;
+  pud->p = p;
+  pud->b = b;
+  pud->hub = h;
+  pud->status = P_PENDING;
+  pud->prev = h->last;
+  if (h->last != NULL)
+    h->last->next = pud;
+  else
+    h->first = pud;
+  h->last = pud;
+  luaL_setmetatable(L, LUNA__PROMISE_MT);
+  atomic_fetch_add_explicit(&live_promises, 1, memory_order_relaxed);
+  *out = p;
+  return 0;
+}
+
+LUNA_API int luna_promise_on_cancel(luna_promise *p, luna_promise_cancel_fn fn, void *ud) {
+  if (!valid(p))
+    return LUNA_EINVAL;
+  if (atomic_load(&p->completion) != COMPLETION_NONE)
+    return LUNA_EALREADY;
+  p->on_cancel = fn;
+  p->cancel_ud = ud;
+  if (fn != NULL && atomic_load(&p->given_up)) {
+    p->on_cancel = NULL;
+    fn(p, ud);
+  }
+  return 0;
+}
+
+LUNA_API int luna_promise_resolve(luna_promise *p, luna_promise_push_fn push, void *data,
+                                  luna_promise_free_fn free_data) {
+  int rc;
+  if (!valid(p))
+    return LUNA_EINVAL;
+  if (!claim(p, COMPLETION_RESOLVE))
+    return LUNA_EALREADY;
+  p->push = push;
+  p->data = data;
+  p->free_data = free_data;
+  rc = publish(p);
+  if (rc != 0) {
+    p->push = NULL;
+    p->data = NULL;
+    p->free_data = NULL;
+    unclaim(p);
+  }
+  return rc;
+}
+
+LUNA_API int luna_promise_reject(luna_promise *p, const char *message) {
+  size_t len;
+  char *copy;
+  int rc;
+  if (!valid(p) || message == NULL)
+    return LUNA_EINVAL;
+  len = strlen(message);
+  copy = (char *)malloc(len + 1);
+  if (copy == NULL)
+    return LUNA_ENOMEM;
+  memcpy(copy, message, len + 1);
+  if (!claim(p, COMPLETION_REJECT)) {
+    free(copy);
+    return LUNA_EALREADY;
+  }
+  p->message = copy;
+  rc = publish(p);
+  if (rc != 0) {
+    p->message = NULL;
+    free(copy);
+    unclaim(p);
+  }
+  return rc;
+}
+
+LUNA_API bool luna_promise_is_cancelled(const luna_promise *p) {
+  /* Acquire is enough for a poll: it pairs with the sequentially consistent
+     store in let_go. */
+  return valid(p) && atomic_load_explicit(&((luna_promise *)p)->given_up, memory_order_acquire);
+}
+
+LUNA_API int luna_promise_retain(luna_promise *p) {
+  if (!valid(p))
+    return LUNA_EINVAL;
+  /* Relaxed: the caller holds a reference (standard reference counting). */
+  atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+  return 0;
+}
+
+LUNA_API int luna_promise_release(luna_promise *p) {
+  if (!valid(p) || atomic_load_explicit(&p->refs, memory_order_relaxed) == 0)
+    return LUNA_EINVAL;
+  release(p);
+  return 0;
+}

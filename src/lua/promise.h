@@ -1,0 +1,33 @@
+/*
+** promise.h: the binding's private view of promises (src/lua/promise.c),
+** for await.c (task.await dispatches here) and internal.c (the combinators'
+** primitives). The public API is include/lunaloop/promise.h.
+*/
+#ifndef LUNA_LUA_PROMISE_H
+#define LUNA_LUA_PROMISE_H
+
+#include <stdbool.h>
+
+#include <lua.h>
+
+#define LUNA__PROMISE_MT "lunaloop.Promise"
+
+/* True when the value at idx is a Promise. */
+bool luna__is_promise(lua_State *L, int idx);
+
+/* task.await(p) for the Promise at idx (1 in practice: the await keeps the
+   stack below it). `direct` is true for task.await: cancelling the last
+   direct awaiter gives the promise up. Combinator watchers await with
+   direct = false, so a combinator never gives up a promise it was handed. */
+int luna__await_promise(lua_State *L, int idx, bool direct);
+
+/* Internal primitives for compose.lua: is_promise(x), await_promise(p)
+   (the non-giving-up await of a watcher). */
+int luna__l_is_promise(lua_State *L);
+int luna__l_watch_promise(lua_State *L);
+
+/* Promises allocated and not yet freed in this process (tests use it to
+   check that nothing leaked, also under ThreadSanitizer). */
+long luna__promise_live_count(void);
+
+#endif
