@@ -1,0 +1,217 @@
+/*
+** limit.c: the floor of any Lua coroutine scheduler. Bare Lua 5.4 coroutines
+** are created with lua_newthread and resumed round-robin by a C loop with
+** lua_resume: no queue, no timer, no bookkeeping, nothing a scheduler adds.
+** Each workload mirrors the Lua-side one of the same name (same coroutine
+** bodies, same counts), so "lunaloop / limit" is what the scheduler costs on
+** top of Lua itself.
+**
+** - W1_yield, W2_steady: n coroutines, each yielding every round; one round
+**   resumes them all (a "frame"); the measured rounds follow one warm round.
+** - W2_sleepers: n coroutines created, started (they yield their sleep time,
+**   which the floor ignores: it has no clock) and resumed once to finish.
+** - W3_churn: batches of 10,000 coroutines; each round finishes the previous
+**   batch and creates and starts the next one.
+** - W4_memory: live bytes per coroutine suspended in coroutine.yield,
+**   anchored in a preallocated table (16 bytes a slot).
+** - W6_update: the floor of an update layer: a C loop that lua_calls n Lua
+**   functions (dt) per frame.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "bench.h"
+
+/* Rounds of the per-frame workloads: 100, fewer for very many tasks so the
+   scaling runs stay short (the same rule as bench/lunaloop.lua). */
+static long rounds_for(long n) {
+  long r = 10000000 / n;
+  return r > 100 ? 100 : r < 10 ? 10 : r;
+}
+
+static const double DT = 1.0 / 60.0;
+
+/* Creates a coroutine on `fn` (a stack index of L) with up to two number
+   arguments, anchors it in the table at `anchor` (index i) or, when anchor
+   is 0, leaves it on L's stack, and runs it to its first yield. */
+static lua_State *start(lua_State *L, int fn, int anchor, long i, int nargs,
+                        double a1, double a2) {
+  lua_State *co = lua_newthread(L);
+  int nres;
+  lua_pushvalue(L, fn);
+  if (nargs > 0)
+    lua_pushnumber(L, a1);
+  if (nargs > 1)
+    lua_pushnumber(L, a2);
+  lua_xmove(L, co, nargs + 1);
+  if (anchor != 0)
+    lua_rawseti(L, anchor, i);
+  if (lua_resume(co, L, nargs, &nres) != LUA_YIELD)
+    bench_die("limit: a coroutine did not yield: %s", lua_tostring(co, -1));
+  lua_pop(co, nres);
+  return co;
+}
+
+/* Resumes co, which must yield (or, with `last`, return). */
+static inline void step(lua_State *co, lua_State *L, bool last) {
+  int nres, st = lua_resume(co, L, 0, &nres);
+  if (st != (last ? LUA_OK : LUA_YIELD))
+    bench_die("limit: unexpected coroutine status %d", st);
+  lua_pop(co, nres);
+}
+
+/* W1_yield and W2_steady: n coroutines, `rounds` measured round-robin
+   rounds. The body yields rounds + 2 times: one at the start, one in the
+   warm round, `rounds` measured; the last resume returns. */
+static void round_robin(long n, long rounds, const char *body, bench_result *out) {
+  lua_State *L = bench_new_state();
+  lua_State **cos = malloc((size_t)n * sizeof *cos);
+  long i, r, a0;
+  int64_t t0, elapsed;
+  if (cos == NULL)
+    bench_die("out of memory");
+  bench_push_chunk(L, body); /* 1 */
+  lua_createtable(L, (int)n, 0); /* 2: anchors */
+  for (i = 0; i < n; i++)
+    cos[i] = start(L, 1, 2, i + 1, 2, (double)(rounds + 2), 0.05);
+  for (i = 0; i < n; i++) /* warm round */
+    step(cos[i], L, false);
+  a0 = bench_allocs();
+  t0 = bench_now_ns();
+  for (r = 0; r < rounds; r++)
+    for (i = 0; i < n; i++)
+      step(cos[i], L, false);
+  elapsed = bench_now_ns() - t0;
+  out->allocs_per_op = (double)(bench_allocs() - a0) / (double)(n * rounds);
+  out->ns_per_op = (double)elapsed / (double)(n * rounds);
+  for (i = 0; i < n; i++)
+    step(cos[i], L, true);
+  free(cos);
+  lua_close(L);
+}
+
+static void w2_sleepers(long n, bench_result *out) {
+  lua_State *L = bench_new_state();
+  lua_State **cos = malloc((size_t)n * sizeof *cos);
+  double *d = malloc((size_t)n * sizeof *d);
+  long i;
+  int64_t t0;
+  unsigned long long x = 42;
+  if (cos == NULL || d == NULL)
+    bench_die("out of memory");
+  for (i = 0; i < n; i++) { /* the sleep times, as the others draw them */
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    d[i] = (double)(x >> 11) / 9007199254740992.0 * 0.5;
+  }
+  bench_push_chunk(L, "local yield = coroutine.yield\n"
+                      "return function(s) yield(s) end"); /* 1 */
+  t0 = bench_now_ns();
+  lua_createtable(L, (int)n, 0); /* 2 */
+  for (i = 0; i < n; i++)
+    cos[i] = start(L, 1, 2, i + 1, 1, d[i], 0);
+  for (i = 0; i < n; i++)
+    step(cos[i], L, true);
+  lua_settop(L, 1);
+  out->ns_per_op = (double)(bench_now_ns() - t0) / (double)n;
+  free(cos);
+  free(d);
+  lua_close(L);
+}
+
+static void w3_churn(long n, bench_result *out) {
+  lua_State *L = bench_new_state();
+  long batch = n < 10000 ? n : 10000, done = 0, prev = 0, i;
+  lua_State **cur = malloc((size_t)batch * sizeof *cur);
+  int64_t t0;
+  if (cur == NULL)
+    bench_die("out of memory");
+  bench_push_chunk(L, "local yield = coroutine.yield\n"
+                      "return function() yield() end"); /* 1 */
+  lua_checkstack(L, (int)batch + 8);
+  t0 = bench_now_ns();
+  while (done < n || prev > 0) {
+    long k = n - done < batch ? n - done : batch;
+    for (i = 0; i < prev; i++) /* the previous batch finishes */
+      step(cur[i], L, true);
+    lua_settop(L, 1);
+    for (i = 0; i < k; i++)
+      cur[i] = start(L, 1, 0, 0, 0, 0, 0);
+    done += k;
+    prev = k;
+  }
+  out->ns_per_op = (double)(bench_now_ns() - t0) / (double)n;
+  free(cur);
+  lua_close(L);
+}
+
+static void w4_memory(long n, bench_result *out) {
+  lua_State *L = bench_new_state();
+  long i, m0;
+  bench_push_chunk(L, "local yield = coroutine.yield\n"
+                      "return function(s) yield(s) end"); /* 1 */
+  lua_gc(L, LUA_GCCOLLECT);
+  lua_gc(L, LUA_GCCOLLECT);
+  m0 = bench_live_bytes();
+  lua_createtable(L, (int)n, 0); /* 2 */
+  for (i = 0; i < n; i++)
+    start(L, 1, 2, i + 1, 1, 1e6, 0);
+  lua_gc(L, LUA_GCCOLLECT);
+  lua_gc(L, LUA_GCCOLLECT);
+  out->bytes_per_task = (double)(bench_live_bytes() - m0) / (double)n;
+  lua_close(L);
+}
+
+static void w6_update(long n, bench_result *out) {
+  lua_State *L = bench_new_state();
+  long rounds = rounds_for(n), r, i, a0;
+  int64_t t0;
+  bench_push_chunk(L, "return function(n)\n"
+                      "  local fns = {}\n"
+                      "  for i = 1, n do local x = 0; fns[i] = function(dt) x = x + dt end end\n"
+                      "  return fns\n"
+                      "end");
+  lua_pushinteger(L, n);
+  lua_call(L, 1, 1); /* 1: the callbacks */
+  for (i = 1; i <= n; i++) { /* warm frame */
+    lua_rawgeti(L, 1, i);
+    lua_pushnumber(L, DT);
+    lua_call(L, 1, 0);
+  }
+  a0 = bench_allocs();
+  t0 = bench_now_ns();
+  for (r = 0; r < rounds; r++)
+    for (i = 1; i <= n; i++) {
+      lua_rawgeti(L, 1, i);
+      lua_pushnumber(L, DT);
+      lua_call(L, 1, 0);
+    }
+  out->ns_per_op = (double)(bench_now_ns() - t0) / (double)(n * rounds);
+  out->allocs_per_op = (double)(bench_allocs() - a0) / (double)(n * rounds);
+  lua_close(L);
+}
+
+bool bench_limit(const char *workload, long n, bench_result *out) {
+  if (strcmp(workload, "W1_yield") == 0)
+    round_robin(n, rounds_for(n),
+                "local yield = coroutine.yield\n"
+                "return function(r) for i = 1, r do yield() end end",
+                out);
+  else if (strcmp(workload, "W2_steady") == 0)
+    round_robin(n, 50,
+                "local yield = coroutine.yield\n"
+                "return function(r, s) for i = 1, r do yield(s) end end",
+                out);
+  else if (strcmp(workload, "W2_sleepers") == 0)
+    w2_sleepers(n, out);
+  else if (strcmp(workload, "W3_churn") == 0)
+    w3_churn(n, out);
+  else if (strcmp(workload, "W4_memory") == 0)
+    w4_memory(n, out);
+  else if (strcmp(workload, "W6_update") == 0)
+    w6_update(n, out);
+  else
+    return false;
+  return true;
+}

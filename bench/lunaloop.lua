@@ -1,0 +1,157 @@
+-- bench/lunaloop.lua: the workloads through lunaloop's real Lua API
+-- (task.spawn, task.yield, task.delay, task.on), run by `luna_bench lua
+-- lunaloop ...`. The host attached a loop with the counting allocator to
+-- this state; bench.frames(k, dt) and bench.run_until_idle(dt, max) drive it
+-- from C with luna_loop_frame, timing the frames there. Frames are 1/60 s of
+-- virtual time. Each function returns ns_per_op, bytes_per_task,
+-- allocs_per_op (nil: not measured).
+local task = require "lunaloop"
+local bench = bench
+
+local DT = 1 / 60
+local W = {}
+
+-- Rounds of the per-frame workloads: the rule of bench/limit.c.
+local function rounds_for(n)
+  local r = 10000000 // n
+  if r > 100 then return 100 elseif r < 10 then return 10 end
+  return r
+end
+
+-- The seeded sleep times of W2, in [0, 0.5] s.
+local function sleep_times(n)
+  math.randomseed(42)
+  local d = {}
+  for i = 1, n do d[i] = math.random() * 0.5 end
+  return d
+end
+
+-- W1: n tasks each yield to the next frame; after one warm frame, R frames
+-- are measured: ns and allocations per resume (a yield round trip).
+function W.W1_yield(n)
+  local R = rounds_for(n)
+  local yield = task.yield
+  local function body(r) for _ = 1, r do yield() end end
+  for _ = 1, n do task.spawn(body, R + 2) end
+  bench.frames(1, DT)
+  local a0 = bench.allocs()
+  local ns = bench.frames(R, DT)
+  local allocs = bench.allocs() - a0
+  bench.run_until_idle(DT, 10)
+  assert(bench.tasks() == 0, "W1: tasks left")
+  return ns / (n * R), nil, allocs / (n * R)
+end
+
+-- W2: n tasks each sleep a seeded random time in [0, 0.5] s, then finish;
+-- the spawning and every frame until the last one finished, per task.
+function W.W2_sleepers(n)
+  local d = sleep_times(n)
+  local spawn, delay = task.spawn, task.delay
+  local function body(s) delay(s) end
+  local t0 = bench.now()
+  for i = 1, n do spawn(body, d[i]) end
+  bench.run_until_idle(DT, 100000)
+  local ns = bench.now() - t0
+  assert(bench.tasks() == 0, "W2: tasks left")
+  return ns / n
+end
+
+-- W2_steady: n tasks each sleep again and again (a fixed random time in
+-- [0, 0.1] s each); after 20 warm frames, 100 frames are measured: ns and
+-- allocations per delay round trip.
+function W.W2_steady(n)
+  math.randomseed(7)
+  local delay = task.delay
+  local ops = 0
+  local function body(s)
+    while true do
+      delay(s)
+      ops = ops + 1
+    end
+  end
+  for _ = 1, n do task.spawn(body, math.random() * 0.1) end
+  bench.frames(20, DT)
+  local ops0, a0 = ops, bench.allocs()
+  local ns = bench.frames(100, DT)
+  local allocs = bench.allocs() - a0
+  local done = ops - ops0
+  return ns / done, nil, allocs / done
+end
+
+-- W2_frame: the cost of one frame while n tasks sleep and none is due.
+function W.W2_frame(n)
+  local delay = task.delay
+  local function body() delay(1e6) end
+  for _ = 1, n do task.spawn(body) end
+  bench.frames(10, DT)
+  local k = bench.quick and 100 or 20000
+  local a0 = bench.allocs()
+  local ns = bench.frames(k, DT)
+  return ns / k, nil, (bench.allocs() - a0) / k
+end
+
+-- W3: n tasks spawned (10,000 a frame by a spawner task) that finish after
+-- one yield; everything until the last one finished, per task.
+function W.W3_churn(n)
+  local spawn, yield = task.spawn, task.yield
+  local batch = math.min(n, 10000)
+  local function one() yield() end
+  local function spawner()
+    local done = 0
+    while done < n do
+      local k = math.min(batch, n - done)
+      for _ = 1, k do spawn(one) end
+      done = done + k
+      yield()
+    end
+  end
+  local t0 = bench.now()
+  spawn(spawner)
+  bench.run_until_idle(DT, n + 10)
+  local ns = bench.now() - t0
+  assert(bench.tasks() == 0, "W3: tasks left")
+  return ns / n
+end
+
+-- W4: live bytes per task with n tasks asleep (after full collections):
+-- everything the task costs, Lua side and loop side.
+function W.W4_memory(n)
+  local delay = task.delay
+  local function body(s) delay(s) end
+  collectgarbage()
+  collectgarbage()
+  local m0 = bench.mem()
+  for _ = 1, n do task.spawn(body, 1e6) end
+  collectgarbage()
+  collectgarbage()
+  return nil, (bench.mem() - m0) / n
+end
+
+-- W6: the update layer. impl "lunaloop": n task.on("Update") callbacks;
+-- impl "lunaloop_tasks": n tasks that each yield every frame. After one warm
+-- frame, R frames are measured: ns and allocations per call (or resume).
+function W.W6_update(n)
+  local R = rounds_for(n)
+  if bench.impl == "lunaloop_tasks" then
+    local yield = task.yield
+    local function body()
+      local x = 0
+      while true do
+        x = x + 1
+        yield()
+      end
+    end
+    for _ = 1, n do task.spawn(body) end
+  else
+    for _ = 1, n do
+      local x = 0
+      task.on("Update", function(dt) x = x + dt end)
+    end
+  end
+  bench.frames(1, DT)
+  local a0 = bench.allocs()
+  local ns = bench.frames(R, DT)
+  return ns / (n * R), nil, (bench.allocs() - a0) / (n * R)
+end
+
+return W

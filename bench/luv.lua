@@ -1,0 +1,201 @@
+-- bench/luv.lua: the workloads on luv (Debian's lua-luv, libuv for Lua 5.4),
+-- written the way luv is used: a task is a coroutine; "wait for the next
+-- frame" is an idle handle that resumes it on every loop iteration (a frame
+-- is uv.run("nowait")); "sleep" is a one-shot uv timer whose callback
+-- resumes it. libuv has no virtual clock: sleepers run in real time and
+-- their cost is the process's CPU time (the waiting in epoll is not
+-- counted). Memory counts what luv allocates through Lua (coroutines, handle
+-- userdata, closures); luv's own malloc'ed per-handle context (about 40
+-- bytes) is not seen by the counting allocator.
+local uv = require "luv"
+local bench = bench
+local create, resume, status, cyield, running = coroutine.create, coroutine.resume,
+  coroutine.status, coroutine.yield, coroutine.running
+
+local W = {}
+
+local function rounds_for(n)
+  local r = 10000000 // n
+  if r > 100 then return 100 elseif r < 10 then return 10 end
+  return r
+end
+
+local function check(ok, err)
+  if not ok then error(err, 0) end
+end
+
+-- A task that waits frames: its own idle handle resumes it every iteration
+-- until it ends. fn runs now until its first yield.
+local live = 0
+local function spawn_framed(fn, ...)
+  local co = create(fn)
+  live = live + 1
+  check(resume(co, ...))
+  if status(co) == "dead" then
+    live = live - 1
+    return
+  end
+  local idle = uv.new_idle()
+  idle:start(function()
+    check(resume(co))
+    if status(co) == "dead" then
+      live = live - 1
+      idle:stop()
+      idle:close()
+    end
+  end)
+end
+
+-- Sleeping: a one-shot timer per sleep, closed when it fires.
+local function sleep(ms)
+  local co = running()
+  local t = uv.new_timer()
+  t:start(ms, 0, function()
+    t:close()
+    check(resume(co))
+  end)
+  cyield()
+end
+
+-- A task that sleeps: started now; its timers resume it.
+local function spawn(fn, ...)
+  local co = create(fn)
+  check(resume(co, ...))
+  return co
+end
+
+local function frames(k)
+  local run = uv.run
+  local t0 = bench.now()
+  for _ = 1, k do run("nowait") end
+  return bench.now() - t0
+end
+
+function W.W1_yield(n)
+  local R = rounds_for(n)
+  local yield = cyield
+  local function body(r) for _ = 1, r do yield() end end
+  for _ = 1, n do spawn_framed(body, R + 2) end
+  frames(1)
+  local a0 = bench.allocs()
+  local ns = frames(R)
+  local allocs = bench.allocs() - a0
+  while live > 0 do uv.run("nowait") end
+  uv.run("nowait")
+  return ns / (n * R), nil, allocs / (n * R)
+end
+
+function W.W2_sleepers(n)
+  math.randomseed(42)
+  local d = {}
+  for i = 1, n do d[i] = math.floor(math.random() * 500) end
+  local done = 0
+  local function body(ms)
+    sleep(ms)
+    done = done + 1
+  end
+  local c0 = bench.cpu()
+  for i = 1, n do spawn(body, d[i]) end
+  uv.run("default")
+  assert(done == n, "W2: tasks left")
+  return (bench.cpu() - c0) / n
+end
+
+-- Sleep again and again for half a second of real time: CPU per sleep.
+-- Sleeps are whole milliseconds in [1, 100]: libuv runs a 0 ms timer that
+-- a timer callback starts in the same pass, so a task sleeping 0 ms in a
+-- loop would never let uv.run return.
+function W.W2_steady(n)
+  math.randomseed(7)
+  local ops, stop = 0, false
+  local function body(ms)
+    while not stop do
+      sleep(ms)
+      ops = ops + 1
+    end
+  end
+  for _ = 1, n do spawn(body, math.random(1, 100)) end
+  local function window(ms)
+    local t = uv.new_timer()
+    t:start(ms, 0, function() t:close(); uv.stop() end)
+    uv.run("default")
+  end
+  window(200)
+  local ops0, a0, c0 = ops, bench.allocs(), bench.cpu()
+  window(500)
+  local cpu, allocs, done = bench.cpu() - c0, bench.allocs() - a0, ops - ops0
+  stop = true
+  uv.run("default")
+  return cpu / done, nil, allocs / done
+end
+
+function W.W2_frame(n)
+  local timers = {}
+  for i = 1, n do
+    local t = uv.new_timer()
+    t:start(1000000000, 0, function() end)
+    timers[i] = t
+  end
+  frames(10)
+  local k = bench.quick and 100 or 20000
+  local a0 = bench.allocs()
+  local ns = frames(k)
+  local allocs = bench.allocs() - a0
+  for i = 1, n do timers[i]:close() end
+  uv.run("nowait")
+  return ns / k, nil, allocs / k
+end
+
+function W.W3_churn(n)
+  local batch = math.min(n, 10000)
+  local function one() cyield() end
+  local function spawner()
+    local done = 0
+    while done < n do
+      local k = math.min(batch, n - done)
+      for _ = 1, k do spawn_framed(one) end
+      done = done + k
+      cyield()
+    end
+  end
+  local t0 = bench.now()
+  spawn_framed(spawner)
+  while live > 0 do uv.run("nowait") end
+  uv.run("nowait")
+  return (bench.now() - t0) / n
+end
+
+function W.W4_memory(n)
+  collectgarbage()
+  collectgarbage()
+  local m0 = bench.mem()
+  local function body(ms) sleep(ms) end
+  local cos = {}
+  for i = 1, n do cos[i] = spawn(body, 1000000000) end
+  cos = nil
+  collectgarbage()
+  collectgarbage()
+  return nil, (bench.mem() - m0) / n
+end
+
+-- The update layer: an idle handle per callback, called every iteration.
+function W.W6_update(n)
+  local R = rounds_for(n)
+  local dt = 1 / 60
+  local idles = {}
+  for i = 1, n do
+    local x = 0
+    local idle = uv.new_idle()
+    idle:start(function() x = x + dt end)
+    idles[i] = idle
+  end
+  frames(1)
+  local a0 = bench.allocs()
+  local ns = frames(R)
+  local allocs = bench.allocs() - a0
+  for i = 1, n do idles[i]:stop(); idles[i]:close() end
+  uv.run("nowait")
+  return ns / (n * R), nil, allocs / (n * R)
+end
+
+return W
