@@ -168,6 +168,8 @@ static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
     return luaL_error(L, "lunaloop: cannot add a timer: %s", luna_strerror(rc));
   t->wait = LUNA__W_TIMER;
   t->timing = (uint8_t)timing;
+  t->deadline = deadline;
+  t->timer_kind = (uint8_t)kind;
   return luna__suspend(L, t);
 }
 

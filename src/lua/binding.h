@@ -83,6 +83,8 @@ struct luna__task {
   uint64_t created_frame;
   luna_timer_id timer;
   luna_item_id item;
+  int64_t deadline;   /* of the current timer wait: ns, or a frame number */
+  uint8_t timer_kind; /* luna_timer_kind of the current timer wait */
   luna__task *target;           /* the task awaited (LUNA__W_TASK) */
   luna__task *aw_prev, *aw_next; /* links among target's awaiters */
   luna__task *aw_head, *aw_tail; /* tasks awaiting this one, in order */
@@ -107,6 +109,16 @@ struct luna__handle {
   luna__handle *prev, *next; /* registered handles */
 };
 
+/* Observers: tracing and mod budgets watch the binding through these.
+   on_thread runs when a task's coroutine is created (before it first
+   runs); on_resume runs right before (begin = true) and after every resume
+   of a task's coroutine. */
+typedef struct luna__observer {
+  void (*on_thread)(void *ud, luna__task *t);
+  void (*on_resume)(void *ud, luna__task *t, bool begin);
+  void *ud;
+} luna__observer;
+
 struct luna__binding {
   lua_State *L;          /* the main thread of the state */
   lua_State *exec_L;     /* thread that calls callbacks at depth 0 */
@@ -129,7 +141,11 @@ struct luna__binding {
   /* cancellations requested while one is unwinding */
   bool cancelling;
   luna__task *cancel_head, *cancel_tail;
-  uint64_t spread_seq;   /* task.every{spread=true} registrations so far */
+  uint64_t spread_seq;
+  luna__observer observer;
+  /* resumes per timing in the current frame (introspection) */
+  uint64_t stats_frame;
+  uint32_t resumes[LUNA_TIMING_COUNT + 1]; /* [LUNA_TIMING_COUNT]: outside any run */   /* task.every{spread=true} registrations so far */
   /* reporting and exit */
   uint64_t errors;
   bool exit_requested;
@@ -215,6 +231,14 @@ void luna__open_await(lua_State *L);
 
 /* ---- internal.c: primitives for the Lua-side composition code ---------- */
 void luna__open_compose(lua_State *L);
+
+/* ---- introspect.c: task.list, task.stats, t:info ------------------------ */
+void luna__open_introspect(lua_State *L);
+int luna__l_info(lua_State *L);
+const char *luna__wait_name(const luna__task *t);
+/* Installs (or, with NULL, removes) the observer of L's binding. Returns
+   false when L has no binding. */
+bool luna__set_observer(lua_State *L, const luna__observer *observer);
 
 /* ---- callbacks.c -------------------------------------------------------- */
 void luna__remove_all_handles(luna__binding *b);

@@ -5,6 +5,7 @@
 ** anchored deadline, so a frame costs only the callbacks that are due. A
 ** callback that raises is removed and its error reported (task nil).
 */
+#include <limits.h>
 #include <string.h>
 
 #include "binding.h"
@@ -178,21 +179,52 @@ static void register_handle(lua_State *L, luna__binding *b, luna__handle *h) {
   b->nhandles++;
 }
 
-/* task.on(timing, fn) -> Handle: calls fn(dt) at each run of `timing`, from
-   the next run on, in registration order, until handle:remove() (also
-   called when a `local h <close>` goes out of scope). dt is delta_time()
-   in seconds. Return values are ignored. */
+/* Reads opts.priority: a number (lower runs first, default 0) or "high"
+   (runs before every numbered priority and is never deferred by a budget). */
+static void check_priority(lua_State *L, int opts, luna_item_options *o) {
+  memset(o, 0, sizeof *o);
+  if (lua_isnoneornil(L, opts))
+    return;
+  luaL_checktype(L, opts, LUA_TTABLE);
+  lua_getfield(L, opts, "priority");
+  if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "high") == 0) {
+    o->priority = INT_MIN;
+    o->essential = true;
+  } else if (!lua_isnil(L, -1)) {
+    lua_Integer p;
+    int ok;
+    p = lua_tointegerx(L, -1, &ok);
+    if (!ok || p <= INT_MIN || p > INT_MAX)
+      luaL_argerror(L, opts, "opts.priority must be an integer or \"high\"");
+    o->priority = (int)p;
+  }
+  lua_pop(L, 1);
+}
+
+/* task.on([timing,] fn [, opts]) -> Handle: calls fn(dt) at each run of
+   `timing` (default "Update"), from the next run on, until handle:remove()
+   (also called when a `local h <close>` goes out of scope). dt is
+   delta_time() in seconds; return values are ignored. Callbacks run in
+   priority order (opts.priority: an integer, lower first, default 0; or
+   "high": first, and never deferred by task.set_budget), then in
+   registration order. */
 static int l_on(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
   luna_timing timing;
+  luna_item_options opts;
   luna__handle *h;
   int rc;
-  if (lua_isnoneornil(L, 1))
-    luaL_argerror(L, 1, "expected a timing name");
+  if (lua_type(L, 1) == LUA_TFUNCTION) { /* task.on(fn [, opts]) */
+    lua_settop(L, 2);
+    lua_pushnil(L);
+    lua_insert(L, 1);
+  }
   timing = luna__opt_timing(L, 1, LUNA_UPDATE);
   luaL_checktype(L, 2, LUA_TFUNCTION);
+  check_priority(L, 3, &opts);
+  lua_settop(L, 2);
   h = new_handle(L, b, HANDLE_ON, timing);
-  rc = luna_item_add(b->loop, timing, callback_step, h, &h->item);
+  rc = luna_item_add_ex(b->loop, timing, callback_step, h, &opts, &h->item);
   if (rc != 0)
     return luaL_error(L, "task.on: %s", luna_strerror(rc));
   register_handle(L, b, h);

@@ -149,6 +149,24 @@ static int l_time_scale(lua_State *L) {
   return 1;
 }
 
+/* task.set_budget(timing, seconds | nil): caps the time one run of `timing`
+   spends on task.on callbacks and predicates; callbacks left over run first
+   at the next run (with N callbacks at a timing, each runs at least once
+   every N runs); callbacks with priority "high" always run. nil or 0 removes
+   the cap. Deferred calls are counted in task.stats(). */
+static int l_set_budget(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  luna_timing timing;
+  luna_ns ns = 0;
+  if (lua_isnoneornil(L, 1))
+    return luaL_argerror(L, 1, "expected a timing name");
+  timing = luna__opt_timing(L, 1, LUNA_UPDATE);
+  if (!lua_isnoneornil(L, 2))
+    ns = luna__check_seconds(L, 2);
+  luna_loop_set_budget(b->loop, timing, ns);
+  return 0;
+}
+
 /* ---- driving frames from Lua ---------------------------------------------------------- */
 
 static void check_can_drive(lua_State *L, luna__binding *b, const char *what) {
@@ -271,6 +289,7 @@ static const luaL_Reg module_funcs[] = {
     {"time", l_time},
     {"delta_time", l_delta_time},
     {"time_scale", l_time_scale},
+    {"set_budget", l_set_budget},
     {"step", l_step},
     {"run", l_run},
     {NULL, NULL}};
@@ -287,6 +306,7 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   luaL_setfuncs(L, module_funcs, 0);
   luna__open_await(L);
   luna__open_callbacks(L);
+  luna__open_introspect(L);
   luna__open_compose(L);
   lua_createtable(L, LUNA_TIMING_COUNT, 0);
   for (i = 0; i < LUNA_TIMING_COUNT; i++) {

@@ -247,7 +247,22 @@ static void finish_error(luna__binding *b, luna__task *t) {
   push_label(L, t, task_idx);
   label = lua_gettop(L);
 
-  close_thread(t->co, L); /* runs __close handlers with the error */
+  /* Runs the __close handlers with the error. One that raises replaces the
+     error in stock Lua; here the task keeps its first error (so awaiters
+     see what the task raised) and the handler's error is reported, not
+     lost. */
+  if (close_thread(t->co, L) != LUA_OK && lua_gettop(t->co) > 0) {
+    /* (lua_resetthread reports the original status even when the handlers
+       ran fine; a changed error value is what tells a handler raised.) */
+    lua_pushvalue(t->co, -1);
+    lua_xmove(t->co, L, 1);
+    if (!lua_rawequal(L, -1, err)) {
+      lua_pushfstring(L, "to-be-closed variable of task %s", lua_tostring(L, label));
+      luna__report(b, L, -2, 0, task_idx, lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
   lua_settop(t->co, 0);
 
   if (t->cancel_requested && !cancelled) {
@@ -287,6 +302,17 @@ static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
                 "(task.yield, task.delay, task.await, ...) instead");
 }
 
+/* Counts a resume for task.stats (per timing, current frame only). */
+static void count_resume(luna__binding *b) {
+  uint64_t frame = luna_loop_frame_count(b->loop);
+  int timing = luna_loop_current_timing(b->loop);
+  if (frame != b->stats_frame) {
+    memset(b->resumes, 0, sizeof b->resumes);
+    b->stats_frame = frame;
+  }
+  b->resumes[timing < 0 ? LUNA_TIMING_COUNT : timing]++;
+}
+
 /* ---- the one place that resumes ------------------------------------------------ */
 
 static void resume(luna__binding *b, luna__task *t, int nargs) {
@@ -299,6 +325,9 @@ static void resume(luna__binding *b, luna__task *t, int nargs) {
   t->wait = LUNA__W_NONE;
   b->current = t;
   b->depth++;
+  count_resume(b);
+  if (b->observer.on_resume != NULL)
+    b->observer.on_resume(b->observer.ud, t, true);
   luna__running = t->co;
   st = lua_resume(t->co, from, nargs, &nres);
   while (st == LUA_YIELD && t->wait == LUNA__W_NONE) {
@@ -307,6 +336,8 @@ static void resume(luna__binding *b, luna__task *t, int nargs) {
     st = lua_resume(t->co, from, 0, &nres);
   }
   luna__running = outer_running;
+  if (b->observer.on_resume != NULL)
+    b->observer.on_resume(b->observer.ud, t, false);
   b->depth--;
   b->current = outer;
 
@@ -379,6 +410,8 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t->ref = luaL_ref(L, -2);
   lua_pop(L, 1);
   link_live(b, t);
+  if (b->observer.on_thread != NULL)
+    b->observer.on_thread(b->observer.ud, t);
   return t;
 }
 
@@ -412,6 +445,7 @@ void luna__resume_cb(luna_loop *loop, void *arg) {
   t->pending--;
   if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_YIELD) {
     t->resume_error = false;
+    t->nresume = 0;
     run_now(t->b, t, 0);
   } else {
     maybe_release(t->b, t);

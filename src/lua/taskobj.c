@@ -110,7 +110,7 @@ static int l_newindex(lua_State *L) {
 
 static const luaL_Reg task_methods[] = {
     {"status", l_status},     {"result", l_result}, {"traceback", l_traceback},
-    {"cancel", luna__l_cancel}, {NULL, NULL}};
+    {"cancel", luna__l_cancel}, {"info", luna__l_info}, {NULL, NULL}};
 
 static const luaL_Reg task_meta[] = {
     {"__close", l_close}, {"__tostring", l_tostring}, {"__newindex", l_newindex},

@@ -85,4 +85,48 @@ H.case("delta_time_inside_and_outside_fixed_step", function()
   testhost.fixed_dt(0.02)
 end)
 
+H.case("on_defaults_to_update_and_orders_by_priority_then_registration", function()
+  local log = {}
+  local hs = {
+    task.on(function() log[#log + 1] = "default" end),
+    task.on("Update", function() log[#log + 1] = "p5" end, {priority = 5}),
+    task.on("Update", function() log[#log + 1] = "p-1" end, {priority = -1}),
+    task.on("Update", function() log[#log + 1] = "p5b" end, {priority = 5}),
+    task.on("Update", function() log[#log + 1] = "high" end, {priority = "high"}),
+  }
+  H.frames(1)
+  for _, h in ipairs(hs) do h:remove() end
+  H.eq(log, {"high", "p-1", "default", "p5", "p5b"})
+  H.has(H.raises(function() task.on("Update", print, {priority = "urgent"}) end), "integer or \"high\"")
+end)
+
+H.case("budget_defers_callbacks_to_the_next_run_high_priority_always_runs", function()
+  -- The fake cost clock advances 1 ms per read; with a 3 ms budget a run
+  -- calls the first item, then reads the clock before each further one.
+  testhost.fake_cost(0.001)
+  task.set_budget("Update", 0.003)
+  local calls = {}
+  local hs = {}
+  for i = 1, 6 do
+    hs[i] = task.on("Update", function() calls[#calls + 1] = i end)
+  end
+  hs[7] = task.on("Update", function() calls[#calls + 1] = "H" end, {priority = "high"})
+  local frames = {}
+  for f = 1, 3 do
+    calls = {}
+    H.frames(1)
+    frames[f] = table.concat(calls, " ")
+  end
+  for _, h in ipairs(hs) do h:remove() end
+  local st = task.stats().timings.Update
+  task.set_budget("Update", nil)
+  testhost.fake_cost(nil)
+  -- run 1: 1 is called unmeasured, 2 and 3 fit, 4..6 are deferred;
+  -- run 2: the deferred 4..6 go first, H keeps its place, 1..3 are deferred;
+  -- run 3: 1..3 first, then H, and 4..6 wait again.
+  H.eq(frames, {"H 1 2 3", "4 5 6 H", "1 2 3 H"})
+  H.eq({st.deferred, st.budget_exceeded}, {9, 3}, "deferred calls and runs over budget")
+  H.has(H.raises(function() task.set_budget("Update", -1) end), "non-negative number of seconds")
+end)
+
 H.run()

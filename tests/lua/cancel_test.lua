@@ -187,6 +187,26 @@ H.case("a_task_unwinding_its_cancellation_may_still_cancel_and_spawn", function(
   H.eq({t:status(), spawned and spawned:status()}, {"cancelled", "done"})
 end)
 
+H.case("an_error_in_close_during_cancellation_is_reported_not_lost", function()
+  local reports, restore = H.capture_errors()
+  local t = task.spawn(function()
+    local g <close> = setmetatable({}, {__close = function() error("cleanup broke", 0) end})
+    task.delay(10)
+  end)
+  t:cancel()
+  local f = task.spawn(function()
+    local g <close> = setmetatable({}, {__close = function() error("cleanup 2", 0) end})
+    task.yield()
+    error("body", 0)
+  end)
+  H.frames(1)
+  restore()
+  H.eq({t:status(), f:status(), select(2, f:result())}, {"cancelled", "failed", "body"})
+  local errs = {}
+  for i, r in ipairs(reports) do errs[i] = r.err end
+  H.eq(errs, {"cleanup broke", "cleanup 2", "body"})
+end)
+
 H.case("close_variable_of_a_task_cancels_it_at_scope_exit", function()
   local t
   do

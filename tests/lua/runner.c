@@ -61,6 +61,27 @@ static int l_timing(lua_State *L) {
   return 1;
 }
 
+/* A cost clock that advances a fixed step at every read, for budgets. */
+static luna_ns fake_cost_now, fake_cost_step;
+static luna_ns fake_cost(void *ud) {
+  (void)ud;
+  fake_cost_now += fake_cost_step;
+  return fake_cost_now;
+}
+
+/* testhost.fake_cost(seconds_per_read | nil): budgets measure a clock that
+   advances this much at each read (nil restores the real clock). */
+static int l_fake_cost(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) {
+    luna_loop_set_cost_source(loop, NULL, NULL);
+    return 0;
+  }
+  if (luna_seconds_to_ns(luaL_checknumber(L, 1), &fake_cost_step) != 0)
+    return luaL_argerror(L, 1, "expected seconds");
+  luna_loop_set_cost_source(loop, fake_cost, NULL);
+  return 0;
+}
+
 /* testhost.spawn_c(fn, ...): spawns through the C API (luna_lua_spawn). */
 static int l_spawn_c(lua_State *L) {
   int rc = luna_lua_spawn(L, lua_gettop(L) - 1, "from-c");
@@ -73,7 +94,8 @@ static const luaL_Reg testhost[] = {
     {"reset", l_reset},         {"task_count", l_task_count},
     {"callback_count", l_callback_count}, {"error_count", l_error_count},
     {"fixed_dt", l_fixed_dt},   {"timing", l_timing},
-    {"spawn_c", l_spawn_c},     {NULL, NULL}};
+    {"spawn_c", l_spawn_c},     {"fake_cost", l_fake_cost},
+    {NULL, NULL}};
 
 int main(int argc, char **argv) {
   lua_State *L;

@@ -52,6 +52,23 @@ H.case("endless_yield_loop_never_spins_a_frame", function()
   t:cancel()
 end)
 
+H.case("awaits_return_nothing_whatever_the_previous_resume_carried", function()
+  -- Regression: task.yield() returned the values of the previous resume
+  -- (spawn arguments, await results), read from outside its stack frame.
+  local counts = {}
+  local t = task.spawn(function() return 1, 2, 3 end)
+  task.spawn(function(a, b)
+    counts[#counts + 1] = select("#", task.yield())
+    task.await(t)
+    counts[#counts + 1] = select("#", task.yield())
+    counts[#counts + 1] = select("#", task.delay(0))
+    counts[#counts + 1] = select("#", task.next_frame())
+    counts[#counts + 1] = select("#", task.wait_until(function() return true end))
+  end, "x", "y")
+  H.frames(6)
+  H.eq(counts, {0, 0, 0, 0, 0})
+end)
+
 H.case("yield_default_timing_is_update", function()
   local got
   task.spawn(function() task.yield(); got = testhost.timing() end)

@@ -1,0 +1,47 @@
+-- introspect_test.lua: task.list, t:info and task.stats.
+local H = require "harness"
+
+H.case("list_and_info_describe_live_tasks_and_their_waits", function()
+  local F = task.frame()
+  local a = task.spawn(function() task.delay(2, "LastUpdate") end)
+  local b = task.spawn(function() task.wait_until(function() return false end, "PreUpdate") end)
+  local c = task.spawn(function() task.await(a) end)
+  local d = task.spawn(function() task.delay_frame(10) end)
+  local e = task.defer(function() end)
+  b.name = "watcher"
+  H.frames(3, 0.1)
+  local list = task.list()
+  H.eq(#list, 4, "e started and finished")
+  H.eq({list[1], list[2], list[3], list[4]}, {a, b, c, d})
+  local ia = a:info()
+  H.eq({ia.status, ia.wait, ia.timing, ia.clock, ia.age, ia.created_frame},
+    {"suspended", "timer", "LastUpdate", "scaled", 3, F})
+  H.eq(math.floor(ia.deadline * 10 + 0.5) / 10 > 0, true)
+  H.eq({b:info().name, b:info().wait, b:info().timing}, {"watcher", "predicate", "PreUpdate"})
+  H.eq({c:info().wait, c:info().timing}, {"task", nil})
+  H.eq({d:info().wait, d:info().clock, d:info().deadline}, {"timer", "frame", F + 10})
+  local running
+  task.spawn(function() running = task.current():info() end)
+  H.eq({running.status, running.wait}, {"running", nil})
+  for _, t in ipairs(list) do t:cancel() end
+  H.eq({a:info().status, a:info().wait}, {"cancelled", nil})
+end)
+
+H.case("stats_count_per_timing_work_and_resumes_this_frame", function()
+  local hs = {task.on("Update", function() end), task.on("LastUpdate", function() end)}
+  local ts = {}
+  for i = 1, 3 do ts[i] = task.spawn(function() while true do task.yield("PreUpdate") end end) end
+  local sleeper = task.spawn(function() task.delay(100) end)
+  H.frames(1)
+  local s = task.stats()
+  H.eq({s.tasks, s.callbacks, s.frame}, {4, 2, task.frame()})
+  H.eq({s.timings.Update.items, s.timings.LastUpdate.items}, {1, 1})
+  H.eq(s.timings.PreUpdate.resumes, 3)
+  H.eq(s.timings.PreUpdate.queued, 3, "each waits for the next PreUpdate")
+  H.eq(s.timings.Update.timers, 1)
+  for _, h in ipairs(hs) do h:remove() end
+  for _, t in ipairs(ts) do t:cancel() end
+  sleeper:cancel()
+end)
+
+H.run()
