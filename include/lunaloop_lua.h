@@ -53,9 +53,10 @@ LUNA_API luna_loop *luna_lua_loop(lua_State *L);
 /* Spawns a task from the function below `nargs` arguments on top of L's
    stack, like task.spawn: it runs now until its first await. Pops the
    function and arguments and pushes the Task. `name` (may be NULL) names the
-   task in reports ("main" for a script's main chunk). Returns 0;
-   LUNA_EINVAL (nothing popped) when the value is not a function or there is
-   no binding; LUNA_ESTATE from inside a task's resume. */
+   task in reports ("main" for a script's main chunk). Called from a C
+   function that a task runs, the new task runs nested, as with task.spawn.
+   Returns 0, or LUNA_EINVAL (nothing popped) when the value is not a
+   function or there is no binding. */
 LUNA_API int luna_lua_spawn(lua_State *L, int nargs, const char *name);
 
 /* Tasks alive (created and not yet settled) in L. */

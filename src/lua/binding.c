@@ -180,10 +180,22 @@ static void detach_work(luna__binding *b) {
   luna__remove_all_handles(b);
 }
 
+/* For a reset: the core is about to drop our queued continuations, so the
+   tasks they hold must forget them (or their references would never be
+   released). */
+static bool release_continuation(luna_fn fn, void *arg, void *ud) {
+  if (!owned_continuation(fn, arg, ud))
+    return false;
+  luna__drop_continuation((luna__task *)arg);
+  return true;
+}
+
 static void on_loop_event(luna_loop *loop, luna_event event, void *ud) {
   luna__binding *b = (luna__binding *)ud;
   (void)loop;
   detach_work(b);
+  if (event == LUNA_EVENT_RESET && b->loop != NULL)
+    luna_purge(b->loop, release_continuation, b);
   if (event == LUNA_EVENT_FREE) {
     luna_purge(b->loop, owned_continuation, b);
     b->loop = NULL;
@@ -208,8 +220,12 @@ static int binding_gc(lua_State *L) {
       luna_loop_free(b->loop);
     b->loop = NULL;
   }
-  free(b->ready);
-  b->ready = NULL;
+  if (b->ready != NULL) {
+    void *ud;
+    lua_Alloc alloc = lua_getallocf(L, &ud);
+    alloc(ud, b->ready, b->ready_cap * sizeof *b->ready, 0);
+    b->ready = NULL;
+  }
   return 0;
 }
 
@@ -347,8 +363,6 @@ LUNA_API int luna_lua_spawn(lua_State *L, int nargs, const char *name) {
   if (b == NULL || b->loop == NULL || nargs < 0 || fn_idx < 1 ||
       !lua_isfunction(L, fn_idx))
     return LUNA_EINVAL;
-  if (b->depth > 0)
-    return LUNA_ESTATE;
   t = luna__new_task(L, b, fn_idx, nargs);
   if (name != NULL) {
     lua_pushstring(L, name);

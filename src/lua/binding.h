@@ -198,6 +198,8 @@ void luna__cancel(luna__binding *b, luna__task *t);
 void luna__interrupt(luna__binding *b, luna__task *t);
 /* Cancels every live task in creation order. Returns how many. */
 size_t luna__cancel_all(luna__binding *b);
+/* A queued continuation of t was dropped by the core (reset): forget it. */
+void luna__drop_continuation(luna__task *t);
 /* Pushes the task's userdata (it must be live or on a stack). */
 void luna__push_task(lua_State *L, luna__task *t);
 /* Pushes the results of a settled task: true + values when done, or false +

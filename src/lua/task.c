@@ -123,16 +123,21 @@ static void disarm(luna__binding *b, luna__task *t) {
 
 /* ---- the ready ring ------------------------------------------------------------ */
 
+/* The ring grows through the state's allocator (the host's, or a mod's
+   capped one), doubling, so steady state allocates nothing. */
 static void ready_push(luna__binding *b, luna__task *t) {
   if (b->ready_count == b->ready_cap) {
     size_t cap = b->ready_cap ? b->ready_cap * 2 : 64;
-    luna__task **ring = (luna__task **)malloc(cap * sizeof *ring);
+    void *ud;
+    lua_Alloc alloc = lua_getallocf(b->L, &ud);
+    luna__task **ring = (luna__task **)alloc(ud, NULL, 0, cap * sizeof *ring);
     size_t i;
     if (ring == NULL)
       luaL_error(b->L, "lunaloop: out of memory");
     for (i = 0; i < b->ready_count; i++)
       ring[i] = b->ready[(b->ready_head + i) % b->ready_cap];
-    free(b->ready);
+    if (b->ready != NULL)
+      alloc(ud, b->ready, b->ready_cap * sizeof *ring, 0);
     b->ready = ring;
     b->ready_cap = cap;
     b->ready_head = 0;
@@ -553,7 +558,11 @@ size_t luna__cancel_all(luna__binding *b) {
      resume chain) only gets the request: it unwinds when control returns. */
   for (;;) {
     luna__task *t = b->first;
-    while (t != NULL && t->state == LUNA__RUNNING) {
+    while (t != NULL && (t->state == LUNA__RUNNING || t->cancel_requested)) {
+      /* Running: it unwinds when control returns to it. Already requested
+         and not running: it cannot wait on anything any more (every await
+         raises), so it ends as soon as it runs; skipping it keeps this
+         loop finite whatever a __close handler does. */
       t->cancel_requested = true;
       t = t->next;
     }
@@ -563,6 +572,11 @@ size_t luna__cancel_all(luna__binding *b) {
     n++;
   }
   return n;
+}
+
+void luna__drop_continuation(luna__task *t) {
+  t->pending--;
+  maybe_release(t->b, t);
 }
 
 /* ---- results ------------------------------------------------------------------------ */

@@ -39,6 +39,18 @@ H.case("a_task_is_collected_once_settled_and_unreachable", function()
   H.eq(weak[2], nil, "a cancelled task is collected")
 end)
 
+H.case("reset_releases_tasks_whose_continuations_it_dropped", function()
+  -- Regression: a reset dropped queued continuations in the core but the
+  -- tasks kept counting them, so they were never collected.
+  local weak = setmetatable({}, {__mode = "v"})
+  weak[1] = task.spawn(function() task.yield() end)
+  weak[2] = task.defer(function() end)
+  weak[3] = task.spawn(function() task.delay(5) end)
+  testhost.reset()
+  settle_memory()
+  H.eq({weak[1], weak[2], weak[3]}, {nil, nil, nil})
+end)
+
 H.case("a_task_waiting_forever_stays_suspended_and_visible", function()
   local t = task.spawn(function() task.wait_until(function() return false end) end)
   H.frames(50)
