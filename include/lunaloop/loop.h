@@ -175,7 +175,11 @@ LUNA_API int luna_loop_set_realtime_source(luna_loop *loop, luna_time_fn fn, voi
 /* The timing running now, or -1 outside any run. */
 LUNA_API int luna_loop_current_timing(const luna_loop *loop);
 
-/* Counters for introspection and tests. */
+/* Counters for introspection and tests, filled by luna_loop_get_stats: a
+   snapshot taken at the call (loop thread, any time, also from inside a
+   callback; costs O(LUNA_TIMING_COUNT) plus one atomic read). Counts marked
+   cumulative grow from the loop's creation and are not cleared by
+   luna_loop_reset. */
 typedef struct luna_loop_stats {
   uint64_t frames;               /* frames begun */
   uint64_t fixed_steps;          /* fixed steps run */
@@ -190,8 +194,23 @@ typedef struct luna_loop_stats {
                                                   deferred by two runs counts 2 */
   uint64_t budget_exceeded[LUNA_TIMING_COUNT]; /* runs that hit the budget
                                                   (deferred at least one item) */
+  uint64_t runs[LUNA_TIMING_COUNT];     /* runs of each timing, cumulative */
+  luna_ns spent_ns[LUNA_TIMING_COUNT];  /* ns spent running each timing (all
+                                           four steps, callbacks included)
+                                           while profiling was on, on the
+                                           cost clock; cumulative; 0 when
+                                           profiling was never on */
 } luna_loop_stats;
+/* Fills *out (see luna_loop_stats). */
 LUNA_API void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out);
+
+/* Profiling: while on, each run of a timing reads the cost clock
+   (luna_loop_set_cost_source) when it starts and when it ends and adds the
+   difference to luna_loop_stats.spent_ns. Off by default; when off a run
+   reads no clock. A change made during a run applies from the next run.
+   0 or LUNA_EINVAL (NULL loop). Loop thread. */
+LUNA_API int luna_loop_set_profiling(luna_loop *loop, bool on);
+LUNA_API bool luna_loop_profiling(const luna_loop *loop);
 
 /* ---- one-shot continuations --------------------------------------------- */
 

@@ -164,6 +164,9 @@ static int run_timing(luna_loop *loop, int timing) {
      were added during the run, and so were items the runner keeps aside
      while it is active (from step 1 on). */
   uint64_t start_seq = luna__timers_seq(&loop->timers);
+  /* Read once: a change made by a callback of this run applies next run. */
+  bool profiling = loop->profiling;
+  luna_ns began = profiling ? loop->runner.cost_fn(loop->runner.cost_ud) : 0;
   bool stopped;
 
   if (timing == LUNA_FIXED_UPDATE) {
@@ -188,6 +191,9 @@ static int run_timing(luna_loop *loop, int timing) {
   loop->current = -1;
   if (timing == LUNA_LAST_FIXED_UPDATE)
     loop->in_fixed_step = false;
+  loop->runs[timing]++;
+  if (profiling)
+    loop->spent[timing] += loop->runner.cost_fn(loop->runner.cost_ud) - began;
   if (stopped || loop->stop) {
     loop->stop = false;
     return LUNA_ESTOPPED;
@@ -360,6 +366,8 @@ void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out) {
     out->items[t] = luna__runner_count(&loop->runner, t);
     out->deferred[t] = loop->runner.deferred[t];
     out->budget_exceeded[t] = loop->runner.budget_exceeded[t];
+    out->runs[t] = loop->runs[t];
+    out->spent_ns[t] = loop->spent[t];
   }
   out->posts_allocated = luna__u64_load_relaxed(&loop->inbox.allocated);
 }
@@ -437,6 +445,15 @@ luna_ns luna_loop_budget(const luna_loop *loop, luna_timing timing) {
     return 0;
   return loop->runner.budget[timing];
 }
+
+int luna_loop_set_profiling(luna_loop *loop, bool on) {
+  if (loop == NULL)
+    return LUNA_EINVAL;
+  loop->profiling = on;
+  return 0;
+}
+
+bool luna_loop_profiling(const luna_loop *loop) { return loop->profiling; }
 
 int luna_loop_set_cost_source(luna_loop *loop, luna_time_fn fn, void *ud) {
   if (loop == NULL)

@@ -60,6 +60,12 @@ struct luna_loop {
   uint64_t fixed_steps_run;
   uint64_t dropped_fixed_steps;
   luna_ns dropped_fixed_ns;
+  uint64_t runs[LUNA_TIMING_COUNT];  /* runs of each timing */
+  /* Profiling (luna_loop_set_profiling): while on, each run of a timing
+     reads the runner's cost clock at its start and end. Off by default, so
+     a run then costs one branch. */
+  bool profiling;
+  luna_ns spent[LUNA_TIMING_COUNT];  /* cost-clock ns spent in each timing */
 };
 
 /* True once luna_loop_stop was called in the current run: the modules check

@@ -474,6 +474,54 @@ static void listener_add_reports_enomem(void **state) {
   ASSERT_LOG_EMPTY();
 }
 
+/* ---- profiling ------------------------------------------------------------ */
+
+/* A cost clock that advances 10 ns per read and counts its reads. */
+static long g_cost_reads;
+static luna_ns counting_cost(void *ud) {
+  static luna_ns now;
+  (void)ud;
+  g_cost_reads++;
+  return now += 10;
+}
+
+static void profiling_is_off_by_default_and_reads_no_clock(void **state) {
+  fixture *f = *state;
+  luna_loop_stats st;
+  g_cost_reads = 0;
+  luna_loop_set_cost_source(f->loop, counting_cost, NULL);
+  assert_false(luna_loop_profiling(f->loop));
+  assert_int_equal(luna_loop_frame(f->loop, 0.01), 0);
+  assert_int_equal(g_cost_reads, 0);
+  luna_loop_get_stats(f->loop, &st);
+  assert_int_equal(st.runs[LUNA_UPDATE], 1);
+  assert_int_equal(st.runs[LUNA_FIXED_UPDATE], 0); /* 10 ms < one 20 ms step */
+  assert_int_equal(st.spent_ns[LUNA_UPDATE], 0);
+}
+
+static void profiling_adds_the_cost_of_each_run_to_its_timing(void **state) {
+  fixture *f = *state;
+  luna_loop_stats st;
+  g_cost_reads = 0;
+  luna_loop_set_cost_source(f->loop, counting_cost, NULL);
+  assert_int_equal(luna_loop_set_profiling(f->loop, true), 0);
+  assert_true(luna_loop_profiling(f->loop));
+  assert_int_equal(luna_loop_frame(f->loop, 0.02), 0); /* one fixed step */
+  assert_int_equal(luna_loop_frame(f->loop, 0.02), 0);
+  luna_loop_get_stats(f->loop, &st);
+  /* two reads per run, 10 ns apart: 10 ns per run, 2 runs each */
+  assert_int_equal(g_cost_reads, 2 * 2 * LUNA_TIMING_COUNT);
+  for (int t = 0; t < LUNA_TIMING_COUNT; t++) {
+    assert_int_equal(st.runs[t], 2);
+    assert_int_equal(st.spent_ns[t], 20);
+  }
+  assert_int_equal(luna_loop_set_profiling(f->loop, false), 0);
+  assert_int_equal(luna_loop_frame(f->loop, 0.02), 0);
+  luna_loop_get_stats(f->loop, &st);
+  assert_int_equal(st.spent_ns[LUNA_UPDATE], 20); /* kept, not grown */
+  assert_int_equal(luna_loop_set_profiling(NULL, true), LUNA_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -501,6 +549,8 @@ int main(void) {
       T(listeners_may_remove_themselves_and_are_removed_by_fn_and_ud),
       T(free_tells_listeners_then_frees_everything_uncalled),
       T(listener_add_reports_enomem),
+      T(profiling_is_off_by_default_and_reads_no_clock),
+      T(profiling_adds_the_cost_of_each_run_to_its_timing),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
