@@ -100,7 +100,7 @@ static void default_report(lua_State *L, int err_idx, int tb_idx, const char *wh
 
 void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
                   int task_idx, const char *what) {
-  int top = lua_gettop(L);
+  int top = lua_gettop(L), st;
   err_idx = lua_absindex(L, err_idx);
   if (tb_idx != 0)
     tb_idx = lua_absindex(L, tb_idx);
@@ -118,7 +118,12 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
       lua_pushvalue(L, task_idx);
     else
       lua_pushnil(L);
-    if (lua_pcall(L, 3, 0, 0) != LUA_OK) {
+    if (b->observer.on_call != NULL)
+      b->observer.on_call(b->observer.ud, L, true);
+    st = lua_pcall(L, 3, 0, 0);
+    if (b->observer.on_call != NULL)
+      b->observer.on_call(b->observer.ud, L, false);
+    if (st != LUA_OK) {
       fprintf(stderr, "lunaloop: error handler failed: %s\n",
               luaL_tolstring(L, -1, NULL));
       lua_pop(L, 1);

@@ -112,11 +112,15 @@ struct luna__handle {
 /* Observers: tracing and mod budgets watch the binding through these.
    on_thread runs when a task's coroutine is created (before it first
    runs); on_resume runs right before (begin = true) and after every resume
-   of a task's coroutine. */
+   of a task's coroutine. on_call runs right before and after every call of
+   Lua code that is not a resume: a task.on/every callback, a wait_until /
+   wait_while predicate, the task.on_error handler (L is the thread it is
+   called on). Any of the three may be NULL. */
 typedef struct luna__observer {
   void (*on_thread)(void *ud, luna__task *t);
   void (*on_resume)(void *ud, luna__task *t, bool begin);
   void *ud;
+  void (*on_call)(void *ud, lua_State *L, bool begin);
 } luna__observer;
 
 struct luna__binding {
