@@ -77,6 +77,44 @@ LUNA_API bool luna_lua_exit_requested(lua_State *L, int *code);
    run) and removes its callbacks. Returns how many tasks were cancelled. */
 LUNA_API size_t luna_lua_cancel_all(lua_State *L);
 
+/* ---- observing the binding (tracing, profilers) ------------------------------ */
+
+/* What an observer callback is told about a task. Valid only during the
+   callback: copy what you keep. */
+typedef struct luna_lua_task_event {
+  uint64_t id;      /* the task's id (t.id), from 1 in creation order */
+  const char *name; /* t.name, or NULL when the task has no name */
+  int timing;       /* the luna_timing running now, or -1 outside any run
+                       (a task spawned or cancelled by the host) */
+} luna_lua_task_event;
+
+/* Callbacks of an observer; any may be NULL. They run on the loop thread,
+   inside the binding: they must not call into L's Lua state or the loop
+   (no spawn, no cancel, no luna_loop_* that changes anything).
+   - task_created: a task was created, before it first runs;
+   - resume_begin / resume_end: right before and right after every resume
+     of a task's coroutine (its start, and every return from an await).
+     Resumes may nest (a task that spawns another runs it inside its own
+     resume), and always pair up: begin A, begin B, end B, end A. */
+typedef struct luna_lua_observer {
+  void (*task_created)(void *ud, const luna_lua_task_event *ev);
+  void (*resume_begin)(void *ud, const luna_lua_task_event *ev);
+  void (*resume_end)(void *ud, const luna_lua_task_event *ev);
+  void *ud;
+} luna_lua_observer;
+
+/* Installs `observer` (copied) on L's binding, replacing the previous one;
+   NULL removes it. One observer per state. Without an observer a resume
+   costs one NULL check. Returns 0, LUNA_EINVAL when L has no binding,
+   LUNA_ENOMEM. */
+LUNA_API int luna_lua_set_observer(lua_State *L, const luna_lua_observer *observer);
+
+/* Task resumes per timing in the current frame of L's binding (what
+   task.stats() reports as `resumes`): out[t] for timing t, and
+   out[LUNA_TIMING_COUNT] for resumes outside any run. Returns the frame the
+   counts belong to, or 0 (all zero) when L has no binding. */
+LUNA_API uint64_t luna_lua_resume_counts(lua_State *L, uint64_t out[LUNA_TIMING_COUNT + 1]);
+
 /* Async-signal-safe: makes the task, callback or predicate that the binding
    is running now (in any state of this process) raise "interrupted" at its
    next instruction, so a runaway script can be stopped from a SIGINT handler.

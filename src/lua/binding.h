@@ -147,6 +147,8 @@ struct luna__binding {
   luna__task *cancel_head, *cancel_tail;
   uint64_t spread_seq;
   luna__observer observer;
+  bool creation_traceback; /* task.debug{creation_traceback}: keep a traceback
+                              of every task's spawn (luna__note_creation) */
   /* resumes per timing in the current frame (introspection) */
   uint64_t stats_frame;
   uint32_t resumes[LUNA_TIMING_COUNT + 1]; /* [LUNA_TIMING_COUNT]: outside any run */   /* task.every{spread=true} registrations so far */
@@ -245,6 +247,10 @@ const char *luna__wait_name(const luna__task *t);
 /* Installs (or, with NULL, removes) the observer of L's binding. Returns
    false when L has no binding. */
 bool luna__set_observer(lua_State *L, const luna__observer *observer);
+/* Keeps a traceback of the code that is creating the Task on top of L (the
+   calling thread), for t:info().traceback. Called by luna__new_task only
+   while b->creation_traceback is on. */
+void luna__note_creation(lua_State *L);
 
 /* ---- callbacks.c -------------------------------------------------------- */
 void luna__remove_all_handles(luna__binding *b);

@@ -23,6 +23,39 @@ bool luna__set_observer(lua_State *L, const luna__observer *observer) {
   return true;
 }
 
+/* Registry key of the weak-keyed table task -> creation traceback. */
+static const char tracebacks_key = 0;
+
+/* Pushes the table of creation tracebacks, creating it when `create`;
+   returns false (pushing nothing) when it does not exist. */
+static bool push_tracebacks(lua_State *L, bool create) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &tracebacks_key) == LUA_TTABLE)
+    return true;
+  lua_pop(L, 1);
+  if (!create)
+    return false;
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &tracebacks_key);
+  return true;
+}
+
+void luna__note_creation(lua_State *L) {
+  /* Level 1: the function that called spawn/defer/... (level 0 is the C
+     function itself). A host's luna_lua_spawn has no Lua caller: the
+     traceback then is only its header. */
+  lua_checkstack(L, 4);
+  push_tracebacks(L, true);
+  lua_pushvalue(L, -2);
+  luaL_traceback(L, L, "created", 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
 static void set_int(lua_State *L, const char *key, lua_Integer v) {
   lua_pushinteger(L, v);
   lua_setfield(L, -2, key);
@@ -32,7 +65,8 @@ static void set_int(lua_State *L, const char *key, lua_Integer v) {
    "predicate", "task", "external", "ready" or nil), timing (name of the
    timing it waits at), deadline (a timer wait: seconds on its clock, or a
    frame number for frame waits) and clock ("frame", "scaled", ...),
-   created_frame and age (frames since creation). */
+   created_frame and age (frames since creation), and traceback: where the
+   task was created, when task.debug{creation_traceback = true} was on then. */
 int luna__l_info(lua_State *L) {
   static const char *const kinds[LUNA_TIMER_KIND_COUNT] = {"frame", "scaled", "unscaled",
                                                           "realtime", "fixed"};
@@ -66,6 +100,12 @@ int luna__l_info(lua_State *L) {
   }
   set_int(L, "created_frame", (lua_Integer)t->created_frame);
   set_int(L, "age", (lua_Integer)(frame - t->created_frame));
+  if (push_tracebacks(L, false)) {
+    lua_pushvalue(L, 1);
+    lua_rawget(L, -2);
+    lua_setfield(L, -3, "traceback");
+    lua_pop(L, 1);
+  }
   return 1;
 }
 
@@ -88,7 +128,9 @@ static int l_list(lua_State *L) {
    resumes, deferred, budget_exceeded, budget}: resumes counts task resumes
    at that timing in the current frame; deferred counts callback calls put
    off by the timing's budget, budget_exceeded the runs that hit it (both
-   since the loop began); budget is in seconds (0: none). */
+   since the loop began); budget is in seconds (0: none); runs counts the
+   runs of the timing and time the seconds spent in them while profiling
+   was on (task.debug{profile = true}), both since the loop began. */
 static int l_stats(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
   luna_loop_stats st;
@@ -113,14 +155,43 @@ static int l_stats(lua_State *L) {
     set_int(L, "budget_exceeded", (lua_Integer)st.budget_exceeded[i]);
     lua_pushnumber(L, luna_ns_to_seconds(luna_loop_budget(b->loop, i)));
     lua_setfield(L, -2, "budget");
+    set_int(L, "runs", (lua_Integer)st.runs[i]);
+    lua_pushnumber(L, luna_ns_to_seconds(st.spent_ns[i]));
+    lua_setfield(L, -2, "time");
     lua_setfield(L, -2, luna_timing_name(i));
   }
   lua_setfield(L, -2, "timings");
+  set_int(L, "outside_resumes",
+          b->stats_frame == frame ? (lua_Integer)b->resumes[LUNA_TIMING_COUNT] : 0);
+  return 1;
+}
+
+/* task.debug([opts]) -> settings: turns debugging aids on or off and
+   returns the settings now in force. opts.creation_traceback: keep a
+   traceback of where each task is created from now on (t:info().traceback;
+   costs a traceback string per spawn). opts.profile: measure the time spent
+   in each timing (task.stats().timings[name].time; costs two clock reads per
+   run of a timing). Both are off by default. */
+static int l_debug(lua_State *L) {
+  luna__binding *b = luna__check_binding(L);
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    if (lua_getfield(L, 1, "creation_traceback") != LUA_TNIL)
+      b->creation_traceback = lua_toboolean(L, -1);
+    if (lua_getfield(L, 1, "profile") != LUA_TNIL)
+      luna_loop_set_profiling(b->loop, lua_toboolean(L, -1));
+    lua_pop(L, 2);
+  }
+  lua_createtable(L, 0, 2);
+  lua_pushboolean(L, b->creation_traceback);
+  lua_setfield(L, -2, "creation_traceback");
+  lua_pushboolean(L, luna_loop_profiling(b->loop));
+  lua_setfield(L, -2, "profile");
   return 1;
 }
 
 static const luaL_Reg introspect_funcs[] = {
-    {"list", l_list}, {"stats", l_stats}, {NULL, NULL}};
+    {"list", l_list}, {"stats", l_stats}, {"debug", l_debug}, {NULL, NULL}};
 
 /* Adds task.list and task.stats to the module table on top of L. */
 void luna__open_introspect(lua_State *L) {

@@ -415,6 +415,8 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t->ref = luaL_ref(L, -2);
   lua_pop(L, 1);
   link_live(b, t);
+  if (b->creation_traceback)
+    luna__note_creation(L);
   if (b->observer.on_thread != NULL)
     b->observer.on_thread(b->observer.ud, t);
   return t;
