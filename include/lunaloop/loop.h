@@ -65,8 +65,9 @@ typedef struct luna_config {
   int max_fixed_steps;   /* cap of fixed steps per frame; 0: 8 */
   luna_alloc_fn alloc;   /* NULL: the C library's realloc/free. luna_post
                             calls it from the posting thread when the
-                            1024-node pool is empty: it must then be
-                            thread safe (frees stay on the loop thread). */
+                            inbox's node pool is empty (to grow it): it
+                            must then be thread safe (frees stay on the
+                            loop thread). */
   void *alloc_ud;
   luna_time_fn realtime; /* NULL: CLOCK_MONOTONIC */
   void *realtime_ud;
@@ -188,7 +189,7 @@ typedef struct luna_loop_stats {
   size_t queued[LUNA_TIMING_COUNT]; /* continuations waiting per timing */
   size_t timers[LUNA_TIMING_COUNT]; /* timers pending per timing */
   size_t items[LUNA_TIMING_COUNT];  /* repeating items per timing */
-  uint64_t posts_allocated;      /* posts that needed the allocator (pool empty) */
+  uint64_t posts_allocated;      /* posts that used a node the pool had to grow for */
   uint64_t deferred[LUNA_TIMING_COUNT];        /* item calls deferred by the
                                                   budget, cumulative: an item
                                                   deferred by two runs counts 2 */
@@ -233,9 +234,11 @@ LUNA_API size_t luna_purge(luna_loop *loop, luna_match_fn match, void *ud);
 
 /* Posts fn(arg) to run once at the next run of `timing`. ANY thread, at any
    time, lock-free; posts from one thread run in the order posted. Nodes come
-   from a pool of 1024 and then from the allocator, so a post is never
-   dropped. 0, LUNA_EINVAL (NULL loop or fn, bad timing), LUNA_ENOMEM when the
-   allocator fails (fn never runs then). The loop must outlive the call. */
+   from a pool of 1024 that grows by blocks of 256 from the allocator when a
+   backlog outgrows it (blocks are kept until luna_loop_free, so a steady
+   load stops allocating), so a post is never dropped. 0, LUNA_EINVAL (NULL
+   loop or fn, bad timing), LUNA_ENOMEM when the allocator fails (fn never
+   runs then). The loop must outlive the call. */
 LUNA_API int luna_post(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg);
 
 /* ---- timers -------------------------------------------------------------- */

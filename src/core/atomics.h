@@ -38,7 +38,29 @@ static inline void *luna__ptr_exchange_acquire(_Atomic(void *) *p, void *v) {
   return atomic_exchange_explicit(p, v, memory_order_acquire);
 }
 
-/* ---- the tagged free list of the node pool ------------------------------- */
+/* ---- the blocks that grow the node pool -------------------------------------- */
+
+/* Release: the block's nodes (their links and meta), written before, are
+   visible to whoever reads the pointer with the acquire load below. */
+static inline void luna__ptr_store_release(_Atomic(void *) *p, void *v) {
+  atomic_store_explicit(p, v, memory_order_release);
+}
+
+/* Acquire: a thread that got a block's node index from a free list reads
+   the block pointer; it must see the pointer and the nodes behind it. The
+   index already came through acquire/release on the free list, so this
+   only makes the requirement explicit (a plain load on x86 and ARM64). */
+static inline void *luna__ptr_load_acquire(_Atomic(void *) *p) {
+  return atomic_load_explicit(p, memory_order_acquire);
+}
+
+/* Relaxed: hands out shard numbers and block slots; each value is used by
+   one thread only and publishes nothing. */
+static inline uint32_t luna__u32_fetch_add_relaxed(luna__atomic_u32 *p, uint32_t v) {
+  return atomic_fetch_add_explicit(p, v, memory_order_relaxed);
+}
+
+/* ---- the tagged free lists of the node pool ------------------------------ */
 
 /* Acquire: a popper reads the top node's next_free after this load; it must
    see the value the pusher stored before its release CAS. */
@@ -46,8 +68,9 @@ static inline uint64_t luna__u64_load_acquire(luna__atomic_u64 *p) {
   return atomic_load_explicit(p, memory_order_acquire);
 }
 
-/* Relaxed: the loop thread (the only pusher) reads the head just to link the
-   chain it pushes; the release CAS below is what publishes. */
+/* Relaxed: a pusher (the loop thread recycling, or a producer adding a new
+   block) reads the head just to link the chain it pushes; the release CAS
+   below is what publishes. */
 static inline uint64_t luna__u64_load_relaxed(luna__atomic_u64 *p) {
   return atomic_load_explicit(p, memory_order_relaxed);
 }
@@ -62,9 +85,9 @@ static inline bool luna__u64_cas_acquire(luna__atomic_u64 *p, uint64_t *expected
       p, expected, desired, memory_order_acquire, memory_order_acquire);
 }
 
-/* Push. Release on success: the loop thread's reads of the recycled nodes
-   and its stores to their next_free happen before any popper sees them.
-   Relaxed on failure: the loop retries and publishes nothing. */
+/* Push. Release on success: the pusher's reads of the recycled nodes and
+   its stores to their next_free happen before any popper sees them.
+   Relaxed on failure: the pusher retries and publishes nothing. */
 static inline bool luna__u64_cas_release(luna__atomic_u64 *p, uint64_t *expected,
                                          uint64_t desired) {
   return atomic_compare_exchange_weak_explicit(
