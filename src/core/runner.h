@@ -113,6 +113,18 @@ int luna__runner_remove(luna__runner *r, luna_item_id id);
    interrupted it. */
 bool luna__runner_run(luna__runner *r, int timing, luna_loop *loop);
 
+/* True when `timing` has items to call (or a deferred list to settle), so
+   that step 4 must run. */
+static inline bool luna__runner_has_items(const luna__runner *r, int timing) {
+  return r->items[timing].n > 0 || r->items[timing].defer_head != 0;
+}
+
+/* True when luna__runner_finish has something to do for `timing`: removed
+   items to compact or items added during the run to merge. */
+static inline bool luna__runner_has_work(const luna__runner *r, int timing) {
+  return r->items[timing].dead > 0 || r->items[timing].npending > 0;
+}
+
 /* Ends a run of `timing` (after r->active went back to -1): compacts away
    removed items and merges the items added during the run, order kept.
    Never allocates: luna__runner_add reserved the room. */

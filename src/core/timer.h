@@ -81,6 +81,13 @@ static inline uint64_t luna__timers_seq(const luna__timers *tm) { return tm->seq
    realtime clock only when a realtime timer could fire). */
 bool luna__timers_has(const luna__timers *tm, int timing, luna_timer_kind kind);
 
+/* True when `timing` has a timer in any heap (the loop skips step 3
+   otherwise). */
+static inline bool luna__timers_any(const luna__timers *tm, int timing) {
+  const luna__heap *h = &tm->heaps[timing * LUNA_TIMER_KIND_COUNT];
+  return (h[0].n | h[1].n | h[2].n | h[3].n | h[4].n) != 0;
+}
+
 /* Step 3 for `timing`: now[kind] is each kind's clock (the frame counter for
    LUNA_TIMER_FRAME). Fires what is due and was created before `start_seq`.
    Returns true when luna_loop_stop interrupted it: timers collected but not
