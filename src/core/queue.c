@@ -56,8 +56,12 @@ bool luna__queue_drain(luna__queue *q, const luna__alloc *a, luna_loop *loop) {
   take_waiting(q, a);
   /* Index and bounds are re-read after each call: callbacks may push (to
      `wait`, never `run`) and purge (which compacts [run_head, run_n)). */
+  if (q->run_head < q->run_n)
+    LUNA__PREFETCH(q->run[q->run_head].arg);
   while (q->run_head < q->run_n) {
     luna__entry e = q->run[q->run_head++];
+    if (q->run_head < q->run_n)
+      LUNA__PREFETCH(q->run[q->run_head].arg);
     e.fn(loop, e.arg);
     if (luna__loop_stopping(loop))
       return true;

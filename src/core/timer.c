@@ -212,6 +212,8 @@ bool luna__timers_fire(luna__timers *tm, int timing,
     luna_fn fn = t->fn;
     void *arg = t->arg;
     head = t->pos;
+    if (head != 0)
+      LUNA__PREFETCH(tm->slots[head - 1].arg);
     t->meta &= ~META_COLLECTED;
     if (fn != NULL)
       tm->heaps[META_HEAP(t->meta)].live--;
