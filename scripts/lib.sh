@@ -6,7 +6,7 @@
 LUNA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # The Debian packages a build and a full test run need.
-LUNA_DEPS=(liblua5.4-dev lua5.4 libcmocka-dev cmake pkg-config build-essential libedit-dev)
+LUNA_DEPS=(liblua5.4-dev lua5.4 libcmocka-dev cmake pkg-config build-essential libedit-dev libcjson-dev)
 
 luna_say() { printf 'scripts/%s: %s\n' "${0##*/}" "$*" >&2; }
 luna_die() { luna_say "$*"; exit 1; }

@@ -48,6 +48,7 @@ typedef struct luna_run_options {
   double time_scale;      /* initial time scale, >= 0 */
   bool has_seed;          /* --seed given: call math.randomseed(seed) */
   long long seed;
+  const char *trace;      /* --trace FILE: a Chrome trace of the run, or NULL */
   int script;             /* index of SCRIPT in the argv given to the parser */
 } luna_run_options;
 
@@ -56,6 +57,10 @@ typedef struct luna_run_options {
    to end with at once: 0 after --help, LUNA_EXIT_USAGE after a usage error
    (already reported on stderr). */
 int luna__run_parse_options(int argc, char **argv, luna_run_options *opts);
+
+/* The same for `repl` (argv[0] is the word "repl"): the options of run but
+   --frames, and no SCRIPT (script is 0). */
+int luna__repl_parse_options(int argc, char **argv, luna_run_options *opts);
 
 /* ---- run.c ------------------------------------------------------------------- */
 
@@ -96,6 +101,12 @@ void luna__pacer_start(luna_pacer *p, luna_ns period);
    deadline is kept; call again to go on waiting). */
 luna_ns luna__pacer_wait(luna_pacer *p);
 
+/* For loops that wait on something else too (the REPL polls its input):
+   ns until the next frame is due (<= 0: due now), and, once it is due,
+   luna__pacer_tick marks the frame begun now and returns its measured dt. */
+luna_ns luna__pacer_remaining(const luna_pacer *p);
+luna_ns luna__pacer_tick(luna_pacer *p);
+
 /* ---- signals.c: Ctrl-C ---------------------------------------------------- */
 
 /* Installs the SIGINT handler: the first Ctrl-C sets the interrupted flag,
@@ -108,5 +119,31 @@ void luna__signals_restore(void);
 
 /* True once Ctrl-C was pressed. */
 bool luna__interrupted(void);
+
+/* ---- trace.c: --trace FILE, a Chrome trace event file ---------------------- */
+
+typedef struct luna_trace luna_trace;
+
+/* Creates FILE and writes the metadata (the process, one track per timing);
+   NULL after printing why on stderr. */
+luna_trace *luna__trace_open(const char *path);
+const char *luna__trace_path(const luna_trace *tr);
+/* Traces every task resume of L from now on (installs L's observer);
+   0 or a LUNA_E* code. */
+int luna__trace_attach(luna_trace *tr, struct lua_State *L);
+/* Stops observing L (removes its observer). */
+void luna__trace_detach(struct lua_State *L);
+/* A frame marker and the count of live tasks: call right before running
+   frame number `frame`. */
+void luna__trace_frame(luna_trace *tr, uint64_t frame, size_t tasks);
+/* Ends the JSON array and closes the file (NULL is ignored). Returns false,
+   after saying so on stderr, when anything could not be written. */
+bool luna__trace_close(luna_trace *tr);
+
+/* ---- repl.c: `lunaloop repl` ----------------------------------------------- */
+
+/* `lunaloop repl [options]`: a live loop with a prompt; returns the exit
+   status (0 after Ctrl-D or :quit, task.exit's code, 2 for a usage error). */
+int luna__cli_repl(int argc, char **argv, int first);
 
 #endif

@@ -23,14 +23,14 @@ static const struct command {
   command_fn fn;
 } commands[] = {
   {"run", luna__cli_run},
-  {"repl", not_yet}, /* a live loop with a prompt: a later issue */
+  {"repl", luna__cli_repl},
   {"mods", not_yet}, /* load every mod in DIR: a later issue */
   {NULL, NULL}
 };
 
 static const char usage_text[] =
   "usage: " LUNA_PROGNAME " run [options] SCRIPT [ARGS...]\n"
-  "       " LUNA_PROGNAME " repl [options]          a live loop with a prompt (not available yet)\n"
+  "       " LUNA_PROGNAME " repl [options]          a live loop with a prompt\n"
   "       " LUNA_PROGNAME " mods [options] DIR      load every mod in DIR and run the loop (not available yet)\n"
   "       " LUNA_PROGNAME " --help | --version\n"
   "\n"
@@ -44,7 +44,13 @@ static const char usage_text[] =
   "  --frames N      stop after N frames (remaining tasks are cancelled)\n"
   "  --time-scale X  initial time scale, default 1\n"
   "  --seed N        seed math.random, for repeatable runs\n"
+  "  --trace FILE    write a Chrome trace (open it in Perfetto): one track\n"
+  "                  per timing, one slice per task resume, frame markers\n"
   "  -h, --help      show this text\n"
+  "\n"
+  "repl: the loop keeps ticking at --hz while the prompt waits; each chunk\n"
+  "runs as a task (top-level await works, a trailing & runs it in the\n"
+  "background). Takes the options of run but --frames; :help lists commands.\n"
   "\n"
   "exit status: 0 when everything finished without a reported error, 1 when a\n"
   "task error was reported, 2 for a usage error or a script that fails to load,\n"

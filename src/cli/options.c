@@ -17,7 +17,8 @@ enum {
   OPT_FIXED_HZ,
   OPT_FRAMES,
   OPT_TIME_SCALE,
-  OPT_SEED
+  OPT_SEED,
+  OPT_TRACE
 };
 
 static const struct option long_options[] = {
@@ -27,6 +28,7 @@ static const struct option long_options[] = {
   {"frames", required_argument, NULL, OPT_FRAMES},
   {"time-scale", required_argument, NULL, OPT_TIME_SCALE},
   {"seed", required_argument, NULL, OPT_SEED},
+  {"trace", required_argument, NULL, OPT_TRACE},
   {"help", no_argument, NULL, 'h'},
   {NULL, 0, NULL, 0}
 };
@@ -73,7 +75,8 @@ static int bad_value(const char *option, const char *value, const char *expected
                                expected);
 }
 
-int luna__run_parse_options(int argc, char **argv, luna_run_options *opts) {
+/* The parser of run and repl: `repl` refuses --frames and any SCRIPT. */
+static int parse_options(int argc, char **argv, luna_run_options *opts, bool repl) {
   long long n;
   int c, index;
   memset(opts, 0, sizeof *opts);
@@ -102,6 +105,8 @@ int luna__run_parse_options(int argc, char **argv, luna_run_options *opts) {
         return bad_value(name, optarg, "a positive number");
       break;
     case OPT_FRAMES:
+      if (repl)
+        return luna__cli_usage_error("repl: --frames is an option of run only");
       if (!parse_integer(optarg, false, &n))
         return bad_value(name, optarg, "a whole number >= 0");
       opts->has_frames = true;
@@ -116,6 +121,9 @@ int luna__run_parse_options(int argc, char **argv, luna_run_options *opts) {
         return bad_value(name, optarg, "an integer");
       opts->has_seed = true;
       break;
+    case OPT_TRACE:
+      opts->trace = optarg;
+      break;
     case ':':
       return luna__cli_usage_error("option '%s' needs a value", argv[optind - 1]);
     default:
@@ -124,8 +132,21 @@ int luna__run_parse_options(int argc, char **argv, luna_run_options *opts) {
       return luna__cli_usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
+  if (repl) {
+    if (optind < argc)
+      return luna__cli_usage_error("repl: unexpected argument '%s'", argv[optind]);
+    return -1;
+  }
   if (optind >= argc)
     return luna__cli_usage_error("run: missing SCRIPT");
   opts->script = optind;
   return -1;
+}
+
+int luna__run_parse_options(int argc, char **argv, luna_run_options *opts) {
+  return parse_options(argc, argv, opts, false);
+}
+
+int luna__repl_parse_options(int argc, char **argv, luna_run_options *opts) {
+  return parse_options(argc, argv, opts, true);
 }

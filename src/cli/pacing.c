@@ -30,6 +30,14 @@ luna_ns luna__pacer_wait(luna_pacer *p) {
      already past returns at once. */
   if (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL) == EINTR)
     return -1;
+  return luna__pacer_tick(p);
+}
+
+luna_ns luna__pacer_remaining(const luna_pacer *p) {
+  return p->next - monotonic_now();
+}
+
+luna_ns luna__pacer_tick(luna_pacer *p) {
   luna_ns now = monotonic_now();
   luna_ns dt = now - p->last;
   p->last = now;

@@ -43,7 +43,8 @@ static bool anything_alive(lua_State *L) {
 /* Drives frames until a stop condition holds. The checks come before every
    frame, including the first, so a script whose main chunk never awaits
    runs no frame at all. */
-static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *o) {
+static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *o,
+                         luna_trace *trace) {
   luna_pacer pacer;
   uint64_t frames = 0;
   if (!o->fast)
@@ -58,6 +59,8 @@ static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *
     luna_ns dt = o->frame_dt_ns;
     if (!o->fast && (dt = luna__pacer_wait(&pacer)) < 0)
       continue; /* a signal cut the sleep short: check again */
+    if (trace != NULL)
+      luna__trace_frame(trace, luna_loop_frame_count(loop) + 1, luna_lua_task_count(L));
     /* LUNA_ESTOPPED means task.exit stopped the frame: the checks above see
        the request. */
     int rc = luna_loop_frame_ns(loop, dt);
@@ -87,9 +90,16 @@ static int exit_status(lua_State *L, stop_reason why) {
 static int run_script(lua_State *L, luna_loop *loop, const luna_run_options *o,
                       int argc, char **argv, int script) {
   int status = LUNA_EXIT_OK;
+  luna_trace *trace = NULL;
   int nargs = luna__script_prepare(L, o, argc, argv, script, &status);
   if (nargs < 0)
     return status;
+  /* The trace starts before the main chunk, so its first resume is in it. */
+  if (o->trace != NULL) {
+    if ((trace = luna__trace_open(o->trace)) == NULL)
+      return LUNA_EXIT_USAGE;
+    luna__trace_attach(trace, L);
+  }
   /* From here on Ctrl-C stops the script instead of the process, so even a
      main chunk that never yields can be interrupted cleanly. */
   luna__signals_install();
@@ -99,10 +109,15 @@ static int run_script(lua_State *L, luna_loop *loop, const luna_run_options *o,
     fprintf(stderr, LUNA_PROGNAME ": cannot start the script: %s\n", luna_strerror(rc));
   } else {
     lua_pop(L, 1); /* the Task: the binding keeps it while it is alive */
-    why = drive(L, loop, o);
+    why = drive(L, loop, o, trace);
   }
   luna_lua_cancel_all(L);
   status = exit_status(L, why);
+  if (trace != NULL) {
+    luna__trace_detach(L);
+    if (!luna__trace_close(trace) && status == LUNA_EXIT_OK)
+      status = LUNA_EXIT_ERROR;
+  }
   luna__signals_restore();
   return status;
 }

@@ -96,9 +96,6 @@ case_usage_errors() {
 }
 
 case_not_yet() {
-  ll repl
-  expect_status 2
-  expect_err "^lunaloop: 'repl' is not available yet$"
   ll mods somewhere
   expect_status 2
   expect_err "^lunaloop: 'mods' is not available yet$"

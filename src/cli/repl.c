@@ -1,0 +1,1089 @@
+/*
+** repl.c: `lunaloop repl [options]`, a live loop with a prompt.
+**
+** The loop keeps ticking at --hz while the prompt waits: one thread polls
+** stdin with a timeout that ends when the next frame is due, and feeds what
+** it reads to libedit through its readline-compatible callback interface
+** (rl_callback_handler_install / rl_callback_read_char), which never blocks
+** for a whole line. When stdin is not a terminal, lines are read without
+** libedit, prompts and history, so the REPL can also be fed by a pipe.
+**
+** Each entered chunk runs as a task, so it may await at top level; the
+** prompt returns when that chunk (the foreground task) settles, while the
+** other tasks keep running. A trailing `&` or `:bg` runs it in the
+** background. As in the stock `lua`, a line is first tried as `return
+** <line>` and printed, and a chunk that ends early (a syntax error at
+** <eof>) goes on at the next line under the continuation prompt.
+**
+** Output: `print`, `io.write` (to stdout) and the error reports of the
+** REPL's state go through out_begin/out_end, which erase the line being
+** typed, write, and let libedit redraw it, so a background task never
+** garbles the input.
+**
+** Ctrl-C cancels the foreground chunk (interrupting Lua code that runs for
+** good), or clears the line; Ctrl-D, or :quit, cancels every task (their
+** to-be-closed variables run) and exits 0.
+*/
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <editline/readline.h>
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "cli.h"
+#include "lunaloop_lua.h"
+
+#define PROMPT "> "
+#define PROMPT2 ">> "
+#define HISTORY_ENV "LUNALOOP_HISTORY"
+#define HISTORY_FILE ".lunaloop_history"
+#define HISTORY_MAX 1000
+#define NAME_MAX_LEN 24 /* a chunk's task is named after its first characters */
+
+/* The REPL is one per process: libedit's callback interface and the signal
+   handlers have no user data, so its state is a file-level singleton. */
+static struct repl {
+  lua_State *L;
+  luna_loop *loop;
+  luna_run_options opts;
+  luna_pacer pacer;
+  bool paused;
+  bool tty;              /* stdin and stdout are terminals: libedit is used */
+  bool quit;
+  int status;            /* exit status once quit */
+  /* Input. */
+  char *pending;         /* the lines of an unfinished chunk, or NULL */
+  size_t pending_len;
+  bool reading;          /* the libedit handler is installed: prompt shown */
+  bool in_linefunc;      /* inside libedit's line callback: no prompt shown */
+  bool line_done;        /* the line callback ran during rl_callback_read_char */
+  bool hidden;           /* out_begin erased the line; out_end redraws it */
+  bool at_line_start;    /* the last output ended with a newline */
+  const char *prompt;
+  char *in;              /* non-tty input not yet split into lines */
+  size_t in_len, in_cap;
+  bool in_eof;
+  char *history;         /* history file, or NULL */
+  /* The foreground chunk: a Task in the registry, or LUA_NOREF. */
+  int fg_ref;
+  uint64_t chunks;       /* chunks run so far */
+  luna_trace *trace;
+} R;
+
+/* Set by the signal handlers, consumed by the main loop. */
+static volatile sig_atomic_t got_sigint, got_sigwinch, in_lua;
+static struct sigaction old_sigint, old_sigwinch;
+
+static void on_sigint(int sig) {
+  (void)sig;
+  got_sigint = 1;
+  /* Lua code that is running now (a chunk stuck in a loop) is stopped at
+     its next instruction; the main loop then cancels the chunk. */
+  if (in_lua)
+    luna_lua_interrupt();
+}
+
+static void on_sigwinch(int sig) {
+  (void)sig;
+  got_sigwinch = 1;
+}
+
+/* ---- output that keeps the typed line intact ------------------------------- */
+
+static int terminal_columns(void) {
+  struct winsize ws;
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  return 80;
+}
+
+/* Erases the prompt and the line being typed, so output can be written on
+   a clean line. libedit keeps the text; out_end redraws it. */
+static void out_begin(void) {
+  if (!R.reading || R.in_linefunc || R.hidden)
+    return;
+  int cols = terminal_columns();
+  int point = rl_point >= 0 ? rl_point : 0;
+  int rows = (int)(strlen(R.prompt) + (size_t)point) / cols;
+  fflush(stdout);
+  fputs("\r", stdout);
+  if (rows > 0)
+    printf("\033[%dA", rows); /* up to the prompt's row */
+  fputs("\033[J", stdout);    /* clear to the end of the screen */
+  R.hidden = true;
+}
+
+static void out_end(void) {
+  fflush(stdout);
+  fflush(stderr);
+  if (!R.hidden)
+    return;
+  if (!R.at_line_start) {
+    fputs("\n", stdout);
+    R.at_line_start = true;
+  }
+  fflush(stdout);
+  rl_forced_update_display(); /* prompt and line, cursor where it was */
+  R.hidden = false;
+}
+
+/* Writes len bytes to `f` between out_begin and out_end. */
+static void out_write(FILE *f, const char *s, size_t len) {
+  out_begin();
+  fwrite(s, 1, len, f);
+  if (len > 0)
+    R.at_line_start = s[len - 1] == '\n';
+  out_end();
+}
+
+static void out_printf(FILE *f, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void out_printf(FILE *f, const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0)
+    return;
+  out_write(f, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+/* print(...): as the stock print (tostring of each value, tabs, newline),
+   through out_write. */
+static int l_print(lua_State *L) {
+  int n = lua_gettop(L);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 1; i <= n; i++) {
+    if (i > 1)
+      luaL_addchar(&b, '\t');
+    luaL_tolstring(L, i, NULL);
+    luaL_addvalue(&b);
+  }
+  luaL_addchar(&b, '\n');
+  luaL_pushresult(&b);
+  size_t len;
+  const char *s = lua_tolstring(L, -1, &len);
+  out_write(stdout, s, len);
+  return 0;
+}
+
+/* io.write(...): the original (upvalue 1), between out_begin and out_end
+   when the default output is stdout. */
+static int l_io_write(lua_State *L) {
+  int n = lua_gettop(L);
+  bool to_stdout = false;
+  lua_getglobal(L, "io");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "output");
+    lua_getfield(L, -2, "stdout");
+    if (lua_isfunction(L, -2)) {
+      lua_pushvalue(L, -2);
+      lua_call(L, 0, 1);
+      to_stdout = lua_rawequal(L, -1, -2);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+  }
+  lua_pop(L, 1);
+  if (to_stdout) {
+    out_begin();
+    if (n > 0 && lua_type(L, n) == LUA_TSTRING) {
+      size_t len;
+      const char *s = lua_tolstring(L, n, &len);
+      if (len > 0)
+        R.at_line_start = s[len - 1] == '\n';
+    } else if (n > 0) {
+      R.at_line_start = false;
+    }
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  int st = lua_pcall(L, n, LUA_MULTRET, 0);
+  if (to_stdout)
+    out_end();
+  if (st != LUA_OK)
+    return lua_error(L);
+  return lua_gettop(L);
+}
+
+/* The error handler of the REPL's state (task.on_error): the foreground
+   chunk's error as the stock `lua` shows it, other tasks' with their name. */
+static int l_on_error(lua_State *L) {
+  const char *msg = luaL_tolstring(L, 1, NULL);
+  const char *tb = lua_tostring(L, 2);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  bool foreground = false;
+  if (R.fg_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, R.fg_ref);
+    foreground = lua_rawequal(L, -1, 3);
+    lua_pop(L, 1);
+  }
+  if (!foreground) {
+    if (lua_isnil(L, 3)) {
+      luaL_addstring(&b, "a callback failed: ");
+    } else {
+      luaL_addstring(&b, "task ");
+      luaL_tolstring(L, 3, NULL);
+      luaL_addvalue(&b);
+      luaL_addstring(&b, " failed: ");
+    }
+  }
+  luaL_addstring(&b, msg);
+  luaL_addchar(&b, '\n');
+  if (tb != NULL) {
+    luaL_addstring(&b, tb);
+    luaL_addchar(&b, '\n');
+  }
+  luaL_pushresult(&b);
+  size_t len;
+  const char *s = lua_tolstring(L, -1, &len);
+  out_write(stderr, s, len);
+  return 0;
+}
+
+/* ---- Lua helpers ----------------------------------------------------------- */
+
+/* REPL commands that are easiest said in Lua. Called with the module. */
+static const char helpers_lua[] =
+  "local task = ...\n"
+  "local H = {}\n"
+  "local function name_of(t, i) return i.name or ('#' .. i.id) end\n"
+  "function H.tasks()\n"
+  "  local list = task.list()\n"
+  "  if #list == 0 then return 'no tasks' end\n"
+  "  local out = {string.format('%4s  %-24s %-10s %-10s %-18s %-20s %s',\n"
+  "    'id', 'name', 'status', 'wait', 'timing', 'due', 'age')}\n"
+  "  for _, t in ipairs(list) do\n"
+  "    local i = t:info()\n"
+  "    local due = ''\n"
+  "    if i.deadline and i.clock == 'frame' then\n"
+  "      due = string.format('frame %d (in %d)', i.deadline, i.deadline - task.frame())\n"
+  "    elseif i.deadline then\n"
+  "      due = string.format('in %.3fs %s', i.deadline - task.time(i.clock), i.clock)\n"
+  "    end\n"
+  "    out[#out + 1] = string.format('%4d  %-24s %-10s %-10s %-18s %-20s %d',\n"
+  "      i.id, name_of(t, i), i.status, i.wait or '-', i.timing or '-', due, i.age)\n"
+  "  end\n"
+  "  return table.concat(out, '\\n')\n"
+  "end\n"
+  "function H.find(id)\n"
+  "  for _, t in ipairs(task.list()) do if t.id == id then return t end end\n"
+  "end\n"
+  "return H\n";
+
+static int helpers_ref = LUA_NOREF;
+
+/* Calls helper `name` with nargs arguments on top of L; 1 result or nil
+   after printing the error. */
+static void call_helper(const char *name, int nargs) {
+  lua_State *L = R.L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, helpers_ref);
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+  lua_insert(L, -1 - nargs);
+  in_lua = 1;
+  int st = lua_pcall(L, nargs, 1, 0);
+  in_lua = 0;
+  if (st != LUA_OK) {
+    out_printf(stderr, "%s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    lua_pushnil(L);
+  }
+}
+
+/* Pushes task t's method `name` called with no argument: its first result. */
+static void call_method(int task_idx, const char *name, int nresults) {
+  lua_State *L = R.L;
+  task_idx = lua_absindex(L, task_idx);
+  lua_getfield(L, task_idx, name);
+  lua_pushvalue(L, task_idx);
+  lua_call(L, 1, nresults);
+}
+
+/* ---- the prompt -------------------------------------------------------------- */
+
+static void on_line(char *line);
+
+static void show_prompt(void) {
+  if (!R.tty || R.reading || R.quit)
+    return;
+  fflush(stdout);
+  rl_callback_handler_install(R.prompt, on_line);
+  R.reading = true;
+}
+
+static void hide_prompt(void) {
+  if (!R.reading)
+    return;
+  rl_callback_handler_remove();
+  R.reading = false;
+}
+
+/* ---- frames ------------------------------------------------------------------ */
+
+static void check_exit(void) {
+  int code = -1;
+  if (!R.quit && luna_lua_exit_requested(R.L, &code)) {
+    R.quit = true;
+    R.status = code >= 0 ? code : (luna_lua_error_count(R.L) > 0 ? 1 : 0);
+  }
+}
+
+static void run_frame(luna_ns dt) {
+  if (R.trace != NULL)
+    luna__trace_frame(R.trace, luna_loop_frame_count(R.loop) + 1, luna_lua_task_count(R.L));
+  in_lua = 1;
+  int rc = luna_loop_frame_ns(R.loop, dt);
+  in_lua = 0;
+  if (rc < 0 && rc != LUNA_ESTOPPED)
+    out_printf(stderr, LUNA_PROGNAME ": frame failed: %s\n", luna_strerror(rc));
+  check_exit();
+}
+
+/* ---- chunks -------------------------------------------------------------------- */
+
+/* True when the error on top of L says the chunk ended early (lua.c's
+   test); the message is popped then. */
+static bool incomplete(lua_State *L, int status) {
+  static const char mark[] = "<eof>";
+  size_t len;
+  const char *msg;
+  if (status != LUA_ERRSYNTAX)
+    return false;
+  msg = lua_tolstring(L, -1, &len);
+  if (len >= sizeof mark - 1 && strcmp(msg + len - (sizeof mark - 1), mark) == 0) {
+    lua_pop(L, 1);
+    return true;
+  }
+  return false;
+}
+
+/* Compiles code: first as `return <code>` (an expression whose values are
+   printed), then as it is. Pushes the function and returns LUA_OK, or
+   pushes the error of the plain form. */
+static int compile(const char *code, size_t len) {
+  lua_State *L = R.L;
+  lua_pushliteral(L, "return ");
+  lua_pushlstring(L, code, len);
+  lua_concat(L, 2);
+  size_t rlen;
+  const char *ret = lua_tolstring(L, -1, &rlen);
+  if (luaL_loadbuffer(L, ret, rlen, "=stdin") == LUA_OK) {
+    lua_remove(L, -2);
+    return LUA_OK;
+  }
+  lua_pop(L, 2);
+  return luaL_loadbuffer(L, code, len, "=stdin");
+}
+
+/* A task name from the first characters of the chunk's first line. */
+static void chunk_name(const char *code, char *out, size_t size) {
+  size_t n = 0;
+  while (*code == ' ' || *code == '\t')
+    code++;
+  while (code[n] != '\0' && code[n] != '\n' && n + 1 < size)
+    n++;
+  memcpy(out, code, n);
+  out[n] = '\0';
+  if (code[n] != '\0' && code[n] != '\n' && n >= 3)
+    memcpy(out + n - 3, "...", 3); /* cut short */
+}
+
+/* Prints what the settled foreground chunk returned (as `lua` does), or
+   that it was cancelled; its errors were shown by l_on_error. */
+static void finish_chunk(void) {
+  lua_State *L = R.L;
+  int top = lua_gettop(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, R.fg_ref);
+  int t = lua_gettop(L);
+  call_method(t, "status", 1);
+  const char *status = lua_tostring(L, -1);
+  if (strcmp(status, "done") == 0) {
+    lua_settop(L, t);
+    lua_pushcfunction(L, l_print);
+    call_method(t, "result", LUA_MULTRET); /* true, values... */
+    lua_remove(L, t + 2);                  /* the leading true */
+    int n = lua_gettop(L) - (t + 1);
+    if (n > 0)
+      lua_call(L, n, 0);
+  } else if (strcmp(status, "cancelled") == 0) {
+    /* After Ctrl-C the terminal (not in editing mode while a chunk runs)
+       echoed ^C: the message goes on a line of its own. */
+    out_printf(stdout, "%scancelled\n", R.tty ? "\n" : "");
+  }
+  lua_settop(L, top);
+  luaL_unref(L, LUA_REGISTRYINDEX, R.fg_ref);
+  R.fg_ref = LUA_NOREF;
+}
+
+/* True when the foreground chunk settled (it is then finished). */
+static bool foreground_settled(void) {
+  lua_State *L = R.L;
+  if (R.fg_ref == LUA_NOREF)
+    return true;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, R.fg_ref);
+  call_method(-1, "status", 1);
+  const char *s = lua_tostring(L, -1);
+  bool settled = strcmp(s, "running") != 0 && strcmp(s, "suspended") != 0;
+  lua_pop(L, 2);
+  if (settled)
+    finish_chunk();
+  return settled;
+}
+
+/* Starts the function on top of L as a task named after `code`. In the
+   foreground the prompt comes back when it settles; in the background at
+   once, after saying its id. */
+static void start_task(const char *code, bool background) {
+  lua_State *L = R.L;
+  char name[NAME_MAX_LEN + 1];
+  chunk_name(code, name, sizeof name);
+  R.chunks++;
+  in_lua = 1;
+  int rc = luna_lua_spawn(L, 0, name);
+  in_lua = 0;
+  if (rc < 0) {
+    out_printf(stderr, LUNA_PROGNAME ": cannot start the chunk: %s\n", luna_strerror(rc));
+    lua_pop(L, 1);
+    return;
+  }
+  if (background) {
+    lua_getfield(L, -1, "id");
+    out_printf(stdout, "[%lld] %s\n", (long long)lua_tointeger(L, -1), name);
+    lua_pop(L, 2);
+    return;
+  }
+  R.fg_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  check_exit();
+  if (foreground_settled())
+    return;
+  if (R.paused) {
+    /* No frame runs while paused, so the chunk would hold the prompt until
+       Ctrl-C: hand it to the background instead. */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, R.fg_ref);
+    lua_getfield(L, -1, "id");
+    out_printf(stdout, "[%lld] waits while paused: it goes on in the background\n",
+               (long long)lua_tointeger(L, -1));
+    lua_pop(L, 2);
+    luaL_unref(L, LUA_REGISTRYINDEX, R.fg_ref);
+    R.fg_ref = LUA_NOREF;
+  }
+}
+
+/* Strips a trailing `&` (and blanks) off code[0..*len): true when there was
+   one. */
+static bool strip_background(const char *code, size_t *len) {
+  size_t n = *len;
+  while (n > 0 && strchr(" \t\r\n", code[n - 1]) != NULL)
+    n--;
+  if (n == 0 || code[n - 1] != '&')
+    return false;
+  *len = n - 1;
+  return true;
+}
+
+static void drop_pending(void) {
+  free(R.pending);
+  R.pending = NULL;
+  R.pending_len = 0;
+  R.prompt = PROMPT;
+}
+
+/* Runs (or keeps, when unfinished) the pending chunk. `force_bg`: :bg. */
+static void eval_pending(bool force_bg) {
+  lua_State *L = R.L;
+  size_t len = R.pending_len;
+  bool background = force_bg;
+  int st;
+  /* `chunk &`: only when what comes before the & is a whole chunk; `a &`
+     followed by more lines is Lua's bitwise and. */
+  if (strip_background(R.pending, &len)) {
+    if (compile(R.pending, len) == LUA_OK) {
+      background = true;
+      goto run;
+    }
+    lua_pop(L, 1);
+    len = R.pending_len;
+  }
+  st = compile(R.pending, len);
+  if (st != LUA_OK) {
+    if (incomplete(L, st)) {
+      R.prompt = PROMPT2;
+      return;
+    }
+    out_printf(stderr, "%s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if (R.tty)
+      add_history(R.pending);
+    drop_pending();
+    return;
+  }
+run:
+  if (R.tty)
+    add_history(R.pending);
+  char *code = R.pending;
+  R.pending = NULL;
+  drop_pending();
+  start_task(code, background);
+  free(code);
+}
+
+/* ---- commands ------------------------------------------------------------------ */
+
+static const char help_text[] =
+  "Type Lua: each chunk runs as a task, so it may await (task.delay(1)).\n"
+  "Expressions print their values. A trailing & runs the chunk in the\n"
+  "background. Ctrl-C cancels the running chunk (or clears the line);\n"
+  "Ctrl-D exits after cancelling every task.\n"
+  "  :tasks             live tasks: id, name, status, wait, timing, due, age\n"
+  "  :pause, :resume    stop and restart the frames\n"
+  "  :step [N]          run N frames now (default 1), pausing first\n"
+  "  :timescale X       set the time scale\n"
+  "  :hz N              set the frame rate\n"
+  "  :cancel ID         cancel the task with that id\n"
+  "  :load FILE [&]     run a Lua file as a task\n"
+  "  :bg CODE           run CODE in the background\n"
+  "  :trace on FILE     write a Chrome trace (Perfetto) from now on\n"
+  "  :trace off         stop tracing and close the file\n"
+  "  :help, :quit\n";
+
+static bool parse_count(const char *s, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0 || v < 0)
+    return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_number(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || errno != 0 || !isfinite(v))
+    return false;
+  *out = v;
+  return true;
+}
+
+static void report_frame(const char *what) {
+  out_printf(stdout, "%s at frame %llu\n", what,
+             (unsigned long long)luna_loop_frame_count(R.loop));
+}
+
+static void cmd_trace(char *arg) {
+  char *mode = strtok(arg, " \t");
+  char *file = strtok(NULL, " \t");
+  if (mode != NULL && strcmp(mode, "on") == 0 && file != NULL) {
+    if (R.trace != NULL) {
+      luna__trace_detach(R.L);
+      luna__trace_close(R.trace);
+    }
+    R.trace = luna__trace_open(file);
+    if (R.trace != NULL) {
+      luna__trace_attach(R.trace, R.L);
+      out_printf(stdout, "tracing to %s\n", file);
+    }
+  } else if (mode != NULL && strcmp(mode, "off") == 0) {
+    if (R.trace == NULL) {
+      out_printf(stderr, "not tracing\n");
+      return;
+    }
+    char *path = strdup(luna__trace_path(R.trace));
+    luna__trace_detach(R.L);
+    if (luna__trace_close(R.trace))
+      out_printf(stdout, "trace written to %s\n", path ? path : "the file");
+    R.trace = NULL;
+    free(path);
+  } else {
+    out_printf(stderr, "usage: :trace on FILE | :trace off\n");
+  }
+}
+
+static void command(char *line) {
+  char *cmd = line + 1, *arg;
+  size_t n = strcspn(cmd, " \t");
+  arg = cmd + n;
+  if (*arg != '\0')
+    *arg++ = '\0';
+  arg += strspn(arg, " \t");
+  size_t alen = strlen(arg);
+  while (alen > 0 && strchr(" \t\r", arg[alen - 1]) != NULL)
+    arg[--alen] = '\0';
+  long long count;
+  double x;
+
+  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "h") == 0 || strcmp(cmd, "?") == 0) {
+    out_write(stdout, help_text, sizeof help_text - 1);
+  } else if (strcmp(cmd, "quit") == 0 || strcmp(cmd, "q") == 0) {
+    R.quit = true;
+  } else if (strcmp(cmd, "tasks") == 0) {
+    lua_getglobal(R.L, "task");
+    lua_pop(R.L, 1);
+    call_helper("tasks", 0);
+    if (lua_isstring(R.L, -1))
+      out_printf(stdout, "%s\n", lua_tostring(R.L, -1));
+    lua_pop(R.L, 1);
+  } else if (strcmp(cmd, "pause") == 0) {
+    R.paused = true;
+    report_frame("paused");
+  } else if (strcmp(cmd, "resume") == 0) {
+    if (R.paused) {
+      R.paused = false;
+      luna__pacer_start(&R.pacer, R.opts.frame_dt_ns);
+    }
+    report_frame("running");
+  } else if (strcmp(cmd, "step") == 0) {
+    count = 1;
+    if (*arg != '\0' && !parse_count(arg, &count)) {
+      out_printf(stderr, "usage: :step [N] (N >= 0 frames)\n");
+      return;
+    }
+    R.paused = true;
+    for (long long i = 0; i < count && !R.quit; i++)
+      run_frame(R.opts.frame_dt_ns);
+    report_frame("paused");
+  } else if (strcmp(cmd, "timescale") == 0) {
+    if (*arg == '\0') {
+      out_printf(stdout, "time scale %g\n", luna_loop_time_scale(R.loop));
+    } else if (!parse_number(arg, &x) || luna_loop_set_time_scale(R.loop, x) != 0) {
+      out_printf(stderr, "usage: :timescale X (X >= 0)\n");
+    } else {
+      out_printf(stdout, "time scale %g\n", x);
+    }
+  } else if (strcmp(cmd, "hz") == 0) {
+    if (*arg == '\0' || !parse_number(arg, &x) || x <= 0 || round(1e9 / x) < 1) {
+      out_printf(stderr, "usage: :hz N (N > 0 frames per second)\n");
+      return;
+    }
+    R.opts.frame_dt_ns = (luna_ns)round(1e9 / x);
+    luna__pacer_start(&R.pacer, R.opts.frame_dt_ns);
+    out_printf(stdout, "%g frames per second\n", x);
+  } else if (strcmp(cmd, "cancel") == 0) {
+    if (!parse_count(arg, &count)) {
+      out_printf(stderr, "usage: :cancel ID (see :tasks)\n");
+      return;
+    }
+    lua_pushinteger(R.L, count);
+    call_helper("find", 1);
+    if (lua_isnil(R.L, -1)) {
+      out_printf(stderr, "no live task %lld\n", count);
+    } else {
+      in_lua = 1;
+      lua_getfield(R.L, -1, "cancel");
+      lua_pushvalue(R.L, -2);
+      int st = lua_pcall(R.L, 1, 0, 0);
+      in_lua = 0;
+      if (st != LUA_OK) {
+        out_printf(stderr, "%s\n", lua_tostring(R.L, -1));
+        lua_pop(R.L, 1);
+      } else {
+        out_printf(stdout, "cancelled %lld\n", count);
+      }
+    }
+    lua_pop(R.L, 1);
+  } else if (strcmp(cmd, "load") == 0) {
+    size_t len = strlen(arg);
+    bool bg = strip_background(arg, &len);
+    arg[len] = '\0';
+    while (len > 0 && strchr(" \t", arg[len - 1]) != NULL)
+      arg[--len] = '\0';
+    if (len == 0) {
+      out_printf(stderr, "usage: :load FILE [&]\n");
+      return;
+    }
+    if (luaL_loadfile(R.L, arg) != LUA_OK) {
+      out_printf(stderr, "%s\n", lua_tostring(R.L, -1));
+      lua_pop(R.L, 1);
+      return;
+    }
+    start_task(arg, bg);
+  } else if (strcmp(cmd, "bg") == 0) {
+    R.pending = strdup(arg);
+    R.pending_len = R.pending ? strlen(arg) : 0;
+    if (R.pending == NULL)
+      return;
+    eval_pending(true);
+    if (R.pending != NULL) { /* unfinished: :bg takes one line */
+      out_printf(stderr, "stdin: :bg needs a complete chunk on one line\n");
+      drop_pending();
+    }
+  } else if (strcmp(cmd, "trace") == 0) {
+    cmd_trace(arg);
+  } else {
+    out_printf(stderr, "unknown command ':%s' (try :help)\n", cmd);
+  }
+}
+
+/* ---- input --------------------------------------------------------------------- */
+
+/* A whole line of input (NULL at end of input). libedit calls it from
+   rl_callback_read_char; it owns `line` (malloc'd) once called. */
+static void handle_line(char *line) {
+  if (line == NULL) {
+    R.quit = true;
+    return;
+  }
+  if (R.pending == NULL && line[strspn(line, " \t")] == ':') {
+    if (R.tty)
+      add_history(line);
+    command(line + strspn(line, " \t"));
+    return;
+  }
+  if (R.pending == NULL && line[strspn(line, " \t\r")] == '\0')
+    return; /* an empty line: a new prompt */
+  size_t len = strlen(line);
+  char *p = realloc(R.pending, R.pending_len + len + 2);
+  if (p == NULL) {
+    out_printf(stderr, LUNA_PROGNAME ": not enough memory\n");
+    drop_pending();
+    return;
+  }
+  if (R.pending_len > 0)
+    p[R.pending_len++] = '\n';
+  memcpy(p + R.pending_len, line, len + 1);
+  R.pending = p;
+  R.pending_len += len;
+  eval_pending(false);
+}
+
+static void on_line(char *line) {
+  R.in_linefunc = true;
+  R.at_line_start = true;
+  handle_line(line);
+  free(line);
+  R.in_linefunc = false;
+  R.line_done = true;
+}
+
+/* Non-tty input: reads what is there and hands over the complete lines, one
+   at a time while no chunk runs (so a piped script sees each chunk finish
+   before the next starts). */
+static void read_plain(void) {
+  if (R.in_len == R.in_cap) {
+    size_t cap = R.in_cap ? R.in_cap * 2 : 4096;
+    char *p = realloc(R.in, cap);
+    if (p == NULL) {
+      R.in_eof = true;
+      return;
+    }
+    R.in = p;
+    R.in_cap = cap;
+  }
+  ssize_t n = read(STDIN_FILENO, R.in + R.in_len, R.in_cap - R.in_len);
+  if (n > 0)
+    R.in_len += (size_t)n;
+  else if (n == 0 || (errno != EINTR && errno != EAGAIN))
+    R.in_eof = true;
+}
+
+/* Hands over the next complete line of non-tty input; true if there was one
+   (at end of input, the last unterminated line counts). */
+static bool next_plain_line(void) {
+  char *nl = R.in_len > 0 ? memchr(R.in, '\n', R.in_len) : NULL;
+  size_t len;
+  if (nl != NULL)
+    len = (size_t)(nl - R.in);
+  else if (R.in_eof && R.in_len > 0)
+    len = R.in_len;
+  else
+    return false;
+  char *line = malloc(len + 1);
+  if (line == NULL)
+    return false;
+  memcpy(line, R.in, len);
+  line[len] = '\0';
+  size_t used = nl != NULL ? len + 1 : len;
+  memmove(R.in, R.in + used, R.in_len - used);
+  R.in_len -= used;
+  R.at_line_start = true;
+  handle_line(line);
+  free(line);
+  return true;
+}
+
+/* ---- signals and the terminal ---------------------------------------------------- */
+
+static void install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0; /* no SA_RESTART: poll must return at once */
+  sa.sa_handler = on_sigint;
+  sigaction(SIGINT, &sa, &old_sigint);
+  sa.sa_handler = on_sigwinch;
+  sigaction(SIGWINCH, &sa, &old_sigwinch);
+}
+
+static void restore_signals(void) {
+  sigaction(SIGINT, &old_sigint, NULL);
+  sigaction(SIGWINCH, &old_sigwinch, NULL);
+}
+
+/* libedit reads keys through this: a key injected by the REPL comes first
+   (see handle_sigint), then the terminal, one byte a call. */
+static int injected = -1;
+static int read_key(FILE *f) {
+  unsigned char c;
+  if (injected >= 0) {
+    c = (unsigned char)injected;
+    injected = -1;
+    return c;
+  }
+  for (;;) {
+    ssize_t n = read(fileno(f), &c, 1);
+    if (n == 1)
+      return c;
+    if (n == 0 || errno != EINTR)
+      return EOF;
+    if (got_sigint)
+      return EOF; /* never reached in practice: poll said a key is there */
+  }
+}
+
+/* Ctrl-C: cancels the foreground chunk, or else forgets the line being
+   typed (and an unfinished chunk) and shows a fresh prompt. */
+static void handle_sigint(void) {
+  got_sigint = 0;
+  if (R.fg_ref != LUA_NOREF) {
+    lua_State *L = R.L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, R.fg_ref);
+    lua_getfield(L, -1, "cancel");
+    lua_insert(L, -2);
+    in_lua = 1;
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK)
+      lua_pop(L, 1);
+    in_lua = 0;
+    return; /* the main loop sees it settled and prints "cancelled" */
+  }
+  drop_pending();
+  if (R.reading) {
+    /* Debian 12's libedit cannot clear the line through its readline API
+       (rl_replace_line ignores "", rl_delete_text never deletes up to the
+       end): it is cleared the way a person would, with a Ctrl-U
+       (em-kill-line) that read_key hands to libedit first. */
+    fputs("^C\r\n", stdout);
+    rl_set_prompt(R.prompt);
+    injected = 'U' & 0x1f;
+    rl_callback_read_char();
+    fflush(stdout);
+    fputs("\r\033[J", stdout);
+    rl_forced_update_display();
+  }
+}
+
+static char *history_path(void) {
+  const char *env = getenv(HISTORY_ENV);
+  if (env != NULL)
+    return env[0] != '\0' ? strdup(env) : NULL;
+  const char *home = getenv("HOME");
+  if (home == NULL || home[0] == '\0')
+    return NULL;
+  size_t len = strlen(home) + sizeof "/" HISTORY_FILE;
+  char *p = malloc(len);
+  if (p != NULL)
+    snprintf(p, len, "%s/%s", home, HISTORY_FILE);
+  return p;
+}
+
+/* ---- setup and the main loop ------------------------------------------------------ */
+
+/* Globals of the REPL's state: task, and print / io.write / the error
+   handler routed through out_write. */
+static int setup_state(lua_State *L) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "lunaloop");
+  lua_call(L, 1, 1);
+  lua_setglobal(L, "task");
+  lua_pushcfunction(L, l_print);
+  lua_setglobal(L, "print");
+  lua_getglobal(L, "io");
+  lua_getfield(L, -1, "write");
+  lua_pushcclosure(L, l_io_write, 1);
+  lua_setfield(L, -2, "write");
+  lua_pop(L, 1);
+  lua_getglobal(L, "task");
+  lua_getfield(L, -1, "on_error");
+  lua_pushcfunction(L, l_on_error);
+  lua_call(L, 1, 0);
+  if (luaL_loadbuffer(L, helpers_lua, sizeof helpers_lua - 1, "=repl") != LUA_OK)
+    return lua_error(L);
+  lua_insert(L, -2);
+  lua_call(L, 1, 1);
+  helpers_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 0;
+}
+
+static void main_loop(void) {
+  luna__pacer_start(&R.pacer, R.opts.frame_dt_ns);
+  show_prompt();
+  while (!R.quit) {
+    if (got_sigint)
+      handle_sigint();
+    if (got_sigwinch) {
+      got_sigwinch = 0;
+      if (R.tty)
+        rl_resize_terminal();
+    }
+    check_exit();
+    if (R.quit)
+      break;
+    bool idle = foreground_settled();
+    if (idle && !R.tty) {
+      if (next_plain_line())
+        continue; /* one line at a time, checking the chunk in between */
+      if (R.in_eof) {
+        R.quit = true; /* end of input: as Ctrl-D */
+        break;
+      }
+    }
+    if (idle)
+      show_prompt();
+    else
+      hide_prompt();
+
+    /* Wait for input, a signal, or the next frame. */
+    int timeout = -1;
+    if (!R.paused) {
+      luna_ns left = luna__pacer_remaining(&R.pacer);
+      timeout = left <= 0 ? 0 : (int)((left + 999999) / 1000000);
+    }
+    struct pollfd pfd = {STDIN_FILENO, POLLIN, 0};
+    bool want_input = idle && !R.in_eof;
+    int n = poll(&pfd, want_input ? 1 : 0, timeout);
+    if (n > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      if (R.tty) {
+        rl_callback_read_char();
+        /* After a line, libedit (Debian 12's 3.1-20221030) leaves its
+           editing mode and does not draw a prompt: the handler is
+           installed again, with the prompt now in force, once no chunk
+           runs. */
+        if (R.line_done) {
+          R.line_done = false;
+          hide_prompt();
+        }
+      } else
+        read_plain();
+      continue; /* more input may be waiting; the frame check comes again */
+    }
+    if (!R.paused && luna__pacer_remaining(&R.pacer) <= 0) {
+      luna_ns dt = luna__pacer_tick(&R.pacer);
+      run_frame(R.opts.fast ? R.opts.frame_dt_ns : dt);
+    }
+  }
+}
+
+/* The realtime source under --fast: the unscaled clock (see run.c). */
+static luna_ns virtual_realtime(void *ud) {
+  return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
+}
+
+int luna__cli_repl(int argc, char **argv, int first) {
+  int status = luna__repl_parse_options(argc - first, argv + first, &R.opts);
+  if (status >= 0)
+    return status;
+  R.prompt = PROMPT;
+  R.fg_ref = LUA_NOREF;
+  R.at_line_start = true;
+  R.tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+
+  luna_config config = {0};
+  config.fixed_dt_ns = R.opts.fixed_dt_ns;
+  if (luna_loop_new(&config, &R.loop) < 0) {
+    fprintf(stderr, LUNA_PROGNAME ": cannot create the loop\n");
+    return LUNA_EXIT_ERROR;
+  }
+  luna_loop_set_time_scale(R.loop, R.opts.time_scale);
+  if (R.opts.fast)
+    luna_loop_set_realtime_source(R.loop, virtual_realtime, R.loop);
+  R.L = luaL_newstate();
+  if (R.L != NULL)
+    luaL_openlibs(R.L); /* before attaching: the module's Lua code uses them */
+  if (R.L == NULL || luna_lua_attach(R.L, R.loop) < 0) {
+    fprintf(stderr, LUNA_PROGNAME ": cannot create the Lua state\n");
+    if (R.L != NULL)
+      lua_close(R.L);
+    luna_loop_free(R.loop);
+    return LUNA_EXIT_ERROR;
+  }
+  lua_pushcfunction(R.L, setup_state);
+  if (lua_pcall(R.L, 0, 0, 0) != LUA_OK) {
+    fprintf(stderr, LUNA_PROGNAME ": %s\n", lua_tostring(R.L, -1));
+    status = LUNA_EXIT_ERROR;
+    goto done;
+  }
+  if (R.opts.has_seed) {
+    lua_getglobal(R.L, "math");
+    lua_getfield(R.L, -1, "randomseed");
+    lua_pushinteger(R.L, (lua_Integer)R.opts.seed);
+    lua_call(R.L, 1, 0);
+    lua_pop(R.L, 1);
+  }
+  if (R.opts.trace != NULL) {
+    if ((R.trace = luna__trace_open(R.opts.trace)) == NULL) {
+      status = LUNA_EXIT_USAGE;
+      goto done;
+    }
+    luna__trace_attach(R.trace, R.L);
+  }
+
+  if (R.tty) {
+    rl_readline_name = "lunaloop";
+    rl_catch_signals = 0; /* our handlers, not libedit's */
+    rl_getc_function = read_key;
+    rl_initialize();
+    using_history();
+    stifle_history(HISTORY_MAX);
+    R.history = history_path();
+    if (R.history != NULL)
+      read_history(R.history);
+    printf(LUNA_PROGNAME " %s (%s): each chunk runs as a task; :help for commands\n",
+           LUNA_VERSION_STRING, LUA_RELEASE);
+  }
+  install_signals();
+  main_loop();
+  hide_prompt();
+  if (R.tty && !R.at_line_start)
+    fputs("\n", stdout);
+  if (R.tty)
+    fputs("\n", stdout);
+  fflush(stdout);
+  /* Ctrl-D: every task is cancelled, in creation order, its to-be-closed
+     variables running (their output is plain: no prompt is shown now). */
+  in_lua = 1;
+  luna_lua_cancel_all(R.L);
+  in_lua = 0;
+  restore_signals();
+  if (R.history != NULL) {
+    write_history(R.history);
+    free(R.history);
+  }
+  status = R.status;
+done:
+  if (R.trace != NULL) {
+    luna__trace_detach(R.L);
+    if (!luna__trace_close(R.trace) && status == LUNA_EXIT_OK)
+      status = LUNA_EXIT_ERROR;
+  }
+  drop_pending();
+  free(R.in);
+  lua_close(R.L);
+  luna_loop_free(R.loop);
+  return status;
+}
