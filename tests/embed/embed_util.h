@@ -35,7 +35,7 @@ static pthread_t loop_thread;
 static atomic_int data_frees;
 static atomic_int data_frees_off_loop;
 
-static void reset_counters(void) {
+static inline void reset_counters(void) {
   memset(slots, 0, sizeof slots);
   nslots = 0;
   memset(cancel_calls, 0, sizeof cancel_calls);
@@ -45,14 +45,14 @@ static void reset_counters(void) {
   loop_thread = pthread_self();
 }
 
-static void count_cancel(luna_promise *p, void *ud) {
+static inline void count_cancel(luna_promise *p, void *ud) {
   int slot = (int)(intptr_t)ud;
   (void)p;
   cancel_calls[slot]++;
   cancel_on_loop_thread[slot] = pthread_equal(pthread_self(), loop_thread);
 }
 
-static int l_host_promise(lua_State *L) {
+static inline int l_host_promise(lua_State *L) {
   luna_timing timing = LUNA_UPDATE;
   luna_promise *p;
   int rc;
@@ -74,7 +74,7 @@ static int l_host_promise(lua_State *L) {
   return 2;
 }
 
-static int l_host_timing(lua_State *L) {
+static inline int l_host_timing(lua_State *L) {
   luna_loop *loop = luna_lua_loop(L);
   int t = loop != NULL ? luna_loop_current_timing(loop) : -1;
   if (t < 0)
@@ -88,7 +88,7 @@ static const luaL_Reg host_funcs[] = {
     {"promise", l_host_promise}, {"timing", l_host_timing}, {NULL, NULL}};
 
 /* A fresh state attached to loop, with globals task and host. */
-static lua_State *new_state(luna_loop *loop) {
+static inline lua_State *new_state(luna_loop *loop) {
   lua_State *L = luaL_newstate();
   luaL_openlibs(L);
   assert_int_equal(luna_lua_attach(L, loop), 0);
@@ -99,12 +99,12 @@ static lua_State *new_state(luna_loop *loop) {
   return L;
 }
 
-static void run(lua_State *L, const char *code) {
+static inline void run(lua_State *L, const char *code) {
   if (luaL_dostring(L, code) != LUA_OK)
     fail_msg("lua: %s", lua_tostring(L, -1));
 }
 
-static lua_Integer global_int(lua_State *L, const char *name) {
+static inline lua_Integer global_int(lua_State *L, const char *name) {
   lua_Integer v;
   lua_getglobal(L, name);
   v = lua_tointeger(L, -1);
@@ -113,7 +113,7 @@ static lua_Integer global_int(lua_State *L, const char *name) {
 }
 
 /* Asserts that the global `name` is the string `want`. */
-static void expect_global(lua_State *L, const char *name, const char *want) {
+static inline void expect_global(lua_State *L, const char *name, const char *want) {
   const char *got;
   lua_getglobal(L, name);
   got = lua_tostring(L, -1);
@@ -129,7 +129,7 @@ typedef struct pair {
   char s[32];
 } pair;
 
-static pair *new_pair(lua_Integer n, const char *s) {
+static inline pair *new_pair(lua_Integer n, const char *s) {
   pair *d = (pair *)malloc(sizeof *d);
   d->n = n;
   strncpy(d->s, s, sizeof d->s - 1);
@@ -137,14 +137,14 @@ static pair *new_pair(lua_Integer n, const char *s) {
   return d;
 }
 
-static int push_pair(lua_State *L, void *data) {
+static inline int push_pair(lua_State *L, void *data) {
   pair *d = (pair *)data;
   lua_pushinteger(L, d->n);
   lua_pushstring(L, d->s);
   return 2;
 }
 
-static void free_pair(void *data) {
+static inline void free_pair(void *data) {
   atomic_fetch_add(&data_frees, 1);
   if (!pthread_equal(pthread_self(), loop_thread))
     atomic_fetch_add(&data_frees_off_loop, 1);
@@ -159,7 +159,7 @@ typedef struct resolve_job {
   int rc;
 } resolve_job;
 
-static void *resolve_thread(void *arg) {
+static inline void *resolve_thread(void *arg) {
   resolve_job *j = (resolve_job *)arg;
   pair *d = new_pair(j->n, j->s);
   j->rc = luna_promise_resolve(j->p, push_pair, d, free_pair);
@@ -168,7 +168,7 @@ static void *resolve_thread(void *arg) {
   return NULL;
 }
 
-static int resolve_from_thread(luna_promise *p, lua_Integer n, const char *s) {
+static inline int resolve_from_thread(luna_promise *p, lua_Integer n, const char *s) {
   pthread_t th;
   resolve_job j = {p, n, s, -100};
   assert_int_equal(pthread_create(&th, NULL, resolve_thread, &j), 0);
@@ -176,7 +176,7 @@ static int resolve_from_thread(luna_promise *p, lua_Integer n, const char *s) {
   return j.rc;
 }
 
-static void release_slots(void) {
+static inline void release_slots(void) {
   int i;
   for (i = 0; i < nslots; i++)
     if (slots[i] != NULL)

@@ -1,0 +1,260 @@
+/*
+** test_states.c: several Lua states on one loop (luna_lua_attach), as a
+** game with one state per mod would use them. Each task belongs to its
+** state; one state's scripts cannot see or cancel another's tasks; closing
+** a state cancels its tasks first (to-be-closed variables run, in creation
+** order) and removes everything it had on the loop, so the loop never
+** calls into a closed state. Every test ends with the states closed, the
+** loop freed and nothing leaked (ASan checks the heap).
+*/
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "embed_util.h"
+
+static void frames(luna_loop *loop, int n) {
+  while (n-- > 0)
+    assert_int_equal(luna_loop_frame(loop, 0.05), 0);
+}
+
+/* A log shared by all states: record(s) appends s. */
+static char shared_log[1024];
+static int l_record(lua_State *L) {
+  const char *s = luaL_checkstring(L, 1);
+  if (shared_log[0] != '\0')
+    strncat(shared_log, " ", sizeof shared_log - strlen(shared_log) - 1);
+  strncat(shared_log, s, sizeof shared_log - strlen(shared_log) - 1);
+  return 0;
+}
+
+static lua_State *new_named_state(luna_loop *loop, const char *name) {
+  lua_State *L = new_state(loop);
+  lua_pushcfunction(L, l_record);
+  lua_setglobal(L, "record");
+  lua_pushstring(L, name);
+  lua_setglobal(L, "NAME");
+  return L;
+}
+
+/* Counts, cancel_all, errors and exit requests are per state. */
+static void each_state_counts_and_cancels_only_its_own_tasks(void **state) {
+  luna_loop *loop;
+  lua_State *a, *b;
+  int code;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  a = new_named_state(loop, "a");
+  b = new_named_state(loop, "b");
+  run(a, "for i = 1, 3 do task.spawn(function() task.delay(100) end) end\n"
+         "task.on('Update', function() end)");
+  run(b, "ticks = 0\n"
+         "for i = 1, 2 do task.spawn(function() while true do task.yield(); ticks = ticks + 1 end end) end\n"
+         "task.on_error(function(e) berr = tostring(e) end)");
+  assert_int_equal(luna_lua_task_count(a), 3);
+  assert_int_equal(luna_lua_task_count(b), 2);
+  assert_int_equal(luna_lua_callback_count(a), 1);
+  assert_int_equal(luna_lua_callback_count(b), 0);
+  assert_int_equal(luna_lua_cancel_all(a), 3);
+  assert_int_equal(luna_lua_task_count(a), 0);
+  assert_int_equal(luna_lua_callback_count(a), 0);
+  assert_int_equal(luna_lua_task_count(b), 2);
+  frames(loop, 2);
+  assert_int_equal(global_int(b, "ticks"), 4);
+  /* an error in a goes to a's handler (the default: stderr), not b's */
+  run(a, "task.on_error(function(e) aerr = tostring(e) end)\n"
+         "task.spawn(function() task.yield(); error('in a', 0) end)");
+  frames(loop, 1);
+  expect_global(a, "aerr", "in a");
+  run(b, "assert(berr == nil)");
+  assert_int_equal(luna_lua_error_count(a), 1);
+  assert_int_equal(luna_lua_error_count(b), 0);
+  run(a, "task.spawn(function() task.exit(3) end)");
+  assert_true(luna_lua_exit_requested(a, &code));
+  assert_int_equal(code, 3);
+  assert_false(luna_lua_exit_requested(b, NULL));
+  lua_close(a);
+  lua_close(b);
+  luna_loop_free(loop);
+}
+
+/* When a's task calls host code that runs b's scripts (spawns a task in b),
+   b sees its own current task, not a's, and can only cancel its own (task
+   values never cross states). After the call, a's task still sees itself. */
+static lua_State *other_state;
+static int l_spawn_in_other(lua_State *L) {
+  const char *code = luaL_checkstring(L, 1);
+  if (luaL_loadstring(other_state, code) != LUA_OK)
+    return luaL_error(L, "%s", lua_tostring(other_state, -1));
+  if (luna_lua_spawn(other_state, 0, "from-a") != 0)
+    return luaL_error(L, "luna_lua_spawn failed");
+  lua_settop(other_state, 0);
+  return 0;
+}
+static void a_state_sees_its_own_current_task_inside_another_states_call(void **state) {
+  luna_loop *loop;
+  lua_State *a, *b;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  a = new_named_state(loop, "a");
+  b = new_named_state(loop, "b");
+  other_state = b;
+  lua_pushcfunction(a, l_spawn_in_other);
+  lua_setglobal(a, "spawn_in_b");
+  run(b, "victim = task.spawn(function() task.delay(100) end)");
+  run(a, "t = task.spawn(function()\n"
+         "  local me = task.current()\n"
+         "  spawn_in_b([[\n"
+         "    local cur = task.current()\n"
+         "    seen = cur.name .. ' ' .. tostring(cur == victim)\n"
+         "    task.yield()\n"
+         "  ]])\n"
+         "  same = task.current() == me\n"
+         "  task.yield()\n"
+         "end)");
+  expect_global(b, "seen", "from-a false");
+  run(a, "assert(same and t:status() == 'suspended')");
+  assert_int_equal(luna_lua_task_count(a), 1);
+  assert_int_equal(luna_lua_task_count(b), 2);
+  frames(loop, 1);
+  assert_int_equal(luna_lua_task_count(a), 0);
+  assert_int_equal(luna_lua_task_count(b), 1);
+  run(b, "assert(victim:status() == 'suspended'); victim:cancel()");
+  lua_close(a);
+  lua_close(b);
+  luna_loop_free(loop);
+}
+
+/* Closing a state cancels its tasks first, in creation order; their
+   to-be-closed variables run while the state is whole (they may call Lua
+   and the module); only then does the state go away. */
+static void closing_a_state_runs_close_handlers_first_in_creation_order(void **state) {
+  luna_loop *loop;
+  lua_State *a;
+  (void)state;
+  shared_log[0] = '\0';
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  a = new_named_state(loop, "a");
+  run(a, "for i = 1, 3 do task.spawn(function()\n"
+         "  local r <close> = setmetatable({}, {__close = function(_, e)\n"
+         "    record(string.format('%s%d:%s@%d', NAME, i, task.is_cancelled(e) and 'cancelled' or tostring(e), task.frame()))\n"
+         "  end})\n"
+         "  task.delay(100)\n"
+         "end) end");
+  frames(loop, 2);
+  lua_close(a);
+  assert_string_equal(shared_log, "a1:cancelled@2 a2:cancelled@2 a3:cancelled@2");
+  luna_loop_free(loop);
+}
+
+/* A state with every kind of pending work: yields at several timings,
+   delays on each clock, frame waits, predicates, deferred starts, awaits
+   of tasks, composition, channels, scopes, per-tick and periodic callbacks
+   and a promise. Closing it leaves nothing of it on the loop (the stats
+   say so) and later frames never call into it, while another state keeps
+   running. */
+static void closing_a_state_removes_all_its_work_from_the_loop(void **state) {
+  luna_loop *loop;
+  lua_State *a, *b;
+  luna_loop_stats st;
+  int t;
+  (void)state;
+  reset_counters();
+  shared_log[0] = '\0';
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  a = new_named_state(loop, "a");
+  b = new_named_state(loop, "b");
+  run(a, "local s = task.spawn\n"
+         "for _, timing in ipairs(task.timings) do\n"
+         "  s(function() while true do task.yield(timing) end end)\n"
+         "end\n"
+         "s(function() task.delay(50) end)\n"
+         "s(function() task.delay(50, 'LastUpdate', 'unscaled') end)\n"
+         "s(function() task.delay(50, 'Update', 'realtime') end)\n"
+         "s(function() task.delay(50, 'FixedUpdate', 'fixed') end)\n"
+         "s(function() task.delay_frame(1000) end)\n"
+         "s(function() while true do task.next_frame('PreUpdate') end end)\n"
+         "s(function() task.wait_until(function() return false end) end)\n"
+         "s(function() task.wait_while(function() return true end, 'TimeUpdate') end)\n"
+         "task.defer(function() task.delay(50) end)\n"
+         "task.spawn_at('LastTimeUpdate', function() task.delay(50) end)\n"
+         "local long = s(function() task.delay(60) end)\n"
+         "s(function() task.await(long) end)\n"
+         "s(function() task.when_all(long, function() task.delay(70) end) end)\n"
+         "s(function() task.when_any(function() task.delay(70) end) end)\n"
+         "s(function() task.timeout(100, function() task.delay(80) end) end)\n"
+         "local ch = task.channel(0)\n"
+         "s(function() ch:receive() end)\n"
+         "s(function() task.scope(function(sc) sc:spawn(function() task.delay(90) end) task.delay(90) end) end)\n"
+         "p = host.promise()\n"
+         "s(function() task.await(p) end)\n"
+         "task.on('Update', function() record('a-on') end)\n"
+         "task.every(0.05, function() record('a-every') end)\n");
+  run(b, "ticks = 0; task.spawn(function() while true do task.yield(); ticks = ticks + 1 end end)");
+  frames(loop, 3);
+  assert_true(strstr(shared_log, "a-on") != NULL);
+  /* a completion in flight while the state closes */
+  assert_int_equal(luna_promise_resolve(slots[0], push_pair, new_pair(1, "late"), free_pair), 0);
+  lua_close(a);
+  assert_int_equal(cancel_calls[0], 0);
+  shared_log[0] = '\0';
+  luna_loop_get_stats(loop, &st);
+  for (t = 0; t < LUNA_TIMING_COUNT; t++) {
+    assert_int_equal(st.timers[t], 0);
+    assert_int_equal(st.items[t], 0);
+  }
+  /* b's own yield is the only continuation left (the posted completion is
+     still in the inbox, which the stats do not count) */
+  assert_int_equal(st.queued[LUNA_UPDATE], 1);
+  frames(loop, 100);
+  assert_string_equal(shared_log, "");
+  assert_int_equal(atomic_load(&data_frees), 1);
+  assert_int_equal(global_int(b, "ticks"), 103);
+  lua_close(b);
+  luna_loop_free(loop);
+  release_slots();
+  assert_int_equal(luna__promise_live_count(), 0);
+}
+
+/* luna_loop_reset cancels the tasks of every state on the loop and removes
+   their callbacks; each state keeps working afterwards. */
+static void a_reset_cancels_the_tasks_of_every_state(void **state) {
+  luna_loop *loop;
+  lua_State *a, *b;
+  (void)state;
+  shared_log[0] = '\0';
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  a = new_named_state(loop, "a");
+  b = new_named_state(loop, "b");
+  run(a, "task.spawn(function()\n"
+         "  local r <close> = setmetatable({}, {__close = function() record('a-closed') end})\n"
+         "  task.delay(10) end)\n"
+         "task.on('Update', function() end)");
+  run(b, "task.spawn(function()\n"
+         "  local r <close> = setmetatable({}, {__close = function() record('b-closed') end})\n"
+         "  task.yield() ; task.delay(10) end)");
+  assert_int_equal(luna_loop_reset(loop), 0);
+  assert_string_equal(shared_log, "a-closed b-closed");
+  assert_int_equal(luna_lua_task_count(a) + luna_lua_task_count(b), 0);
+  assert_int_equal(luna_lua_callback_count(a), 0);
+  run(b, "task.spawn(function() task.yield(); done = 1 end)");
+  frames(loop, 1);
+  assert_int_equal(global_int(b, "done"), 1);
+  lua_close(a);
+  lua_close(b);
+  luna_loop_free(loop);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(each_state_counts_and_cancels_only_its_own_tasks),
+      cmocka_unit_test(a_state_sees_its_own_current_task_inside_another_states_call),
+      cmocka_unit_test(closing_a_state_runs_close_handlers_first_in_creation_order),
+      cmocka_unit_test(closing_a_state_removes_all_its_work_from_the_loop),
+      cmocka_unit_test(a_reset_cancels_the_tasks_of_every_state),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
