@@ -146,4 +146,10 @@ bool luna__trace_close(luna_trace *tr);
    status (0 after Ctrl-D or :quit, task.exit's code, 2 for a usage error). */
 int luna__cli_repl(int argc, char **argv, int first);
 
+/* ---- mods.c: `lunaloop mods` ------------------------------------------------- */
+
+/* `lunaloop mods [options] DIR`: loads every mod in DIR (docs/modding.md)
+   and drives frames until no mod has work left; returns the exit status. */
+int luna__cli_mods(int argc, char **argv, int first);
+
 #endif

@@ -24,14 +24,14 @@ static const struct command {
 } commands[] = {
   {"run", luna__cli_run},
   {"repl", luna__cli_repl},
-  {"mods", not_yet}, /* load every mod in DIR: a later issue */
+  {"mods", luna__cli_mods},
   {NULL, NULL}
 };
 
 static const char usage_text[] =
   "usage: " LUNA_PROGNAME " run [options] SCRIPT [ARGS...]\n"
   "       " LUNA_PROGNAME " repl [options]          a live loop with a prompt\n"
-  "       " LUNA_PROGNAME " mods [options] DIR      load every mod in DIR and run the loop (not available yet)\n"
+  "       " LUNA_PROGNAME " mods [options] DIR      load every mod in DIR and run the loop\n"
   "       " LUNA_PROGNAME " --help | --version\n"
   "\n"
   "run: runs SCRIPT's main chunk as the task \"main\" (ARGS are its '...' and\n"

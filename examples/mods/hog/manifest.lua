@@ -1,0 +1,1 @@
+return { name = "hog", version = "0.1.0" }

@@ -1,0 +1,5 @@
+return {
+  name = "hud",
+  version = "0.3.0",
+  depends = {"core"},   -- loads after core
+}

@@ -1,0 +1,1 @@
+return { name = "spinner", version = "0.1.0" }

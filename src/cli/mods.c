@@ -1,0 +1,309 @@
+/*
+** mods.c: `lunaloop mods [options] DIR` (issue #6, docs/modding.md): loads
+** every mod in DIR in dependency order into a mod set on one loop, then
+** drives frames like `run` until no mod has a task or callback alive (and no
+** message waits), --frames frames have run, or Ctrl-C. The set reloads mods
+** whose files change, and disables those that keep overrunning their
+** instruction budget or memory cap; a summary of every mod goes to stderr
+** at the end.
+*/
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "lunaloop_mods.h"
+
+typedef struct mods_options {
+  luna_run_options run;     /* fast, frame_dt_ns, fixed_dt_ns, frames, time scale, seed */
+  luna_mods_config mods;
+  const char *dir;
+} mods_options;
+
+enum {
+  OPT_FAST = 256,
+  OPT_HZ,
+  OPT_FIXED_HZ,
+  OPT_FRAMES,
+  OPT_TIME_SCALE,
+  OPT_SEED,
+  OPT_WATCH,
+  OPT_MEMORY,
+  OPT_BUDGET,
+  OPT_MAX_OVERRUNS
+};
+
+static const struct option long_options[] = {
+  {"fast", no_argument, NULL, OPT_FAST},
+  {"hz", required_argument, NULL, OPT_HZ},
+  {"fixed-hz", required_argument, NULL, OPT_FIXED_HZ},
+  {"frames", required_argument, NULL, OPT_FRAMES},
+  {"time-scale", required_argument, NULL, OPT_TIME_SCALE},
+  {"seed", required_argument, NULL, OPT_SEED},
+  {"watch", required_argument, NULL, OPT_WATCH},
+  {"memory", required_argument, NULL, OPT_MEMORY},
+  {"budget", required_argument, NULL, OPT_BUDGET},
+  {"max-overruns", required_argument, NULL, OPT_MAX_OVERRUNS},
+  {"help", no_argument, NULL, 'h'},
+  {NULL, 0, NULL, 0}
+};
+
+static const char mods_usage[] =
+  "usage: " LUNA_PROGNAME " mods [options] DIR\n"
+  "loads every mod in DIR (each folder with a mod.lua and a manifest.lua) in\n"
+  "dependency order, each in its own sandboxed Lua state on one loop, then runs\n"
+  "frames until no mod has a task or callback alive (see docs/modding.md).\n"
+  "  --fast, --hz N, --fixed-hz N, --frames N, --time-scale X, --seed N: as for run\n"
+  "  --watch N          check the mods' files every N frames, 0: never (default 30)\n"
+  "  --memory BYTES     memory cap of each mod, with k/m/g suffixes (default 64m)\n"
+  "  --budget N         instructions per resume or call (default 10000000)\n"
+  "  --max-overruns K   disable a mod after K overruns (default 3)\n"
+  "exit status: 0 when no error was reported, 1 when a mod failed to load, a\n"
+  "task failed or a mod was disabled, 2 for a usage error, 130 after Ctrl-C.\n";
+
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  double v;
+  errno = 0;
+  v = strtod(s, &end);
+  if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+    return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_count(const char *s, unsigned long long *out) {
+  char *end;
+  if (strchr(s, '-') != NULL)
+    return false;
+  errno = 0;
+  *out = strtoull(s, &end, 10);
+  return end != s && *end == '\0' && errno != ERANGE;
+}
+
+static bool parse_rate(const char *s, luna_ns *period) {
+  double hz, ns;
+  if (!parse_double(s, &hz) || hz <= 0)
+    return false;
+  ns = round(1e9 / hz);
+  if (ns < 1 || ns > (double)LUNA_NS_MAX)
+    return false;
+  *period = (luna_ns)ns;
+  return true;
+}
+
+/* BYTES with an optional k, m or g suffix (powers of 1024). */
+static bool parse_bytes(const char *s, size_t *out) {
+  char *end;
+  unsigned long long v, mul = 1;
+  if (strchr(s, '-') != NULL)
+    return false;
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (end == s || errno == ERANGE)
+    return false;
+  if (*end == 'k' || *end == 'K')
+    mul = 1024, end++;
+  else if (*end == 'm' || *end == 'M')
+    mul = 1024 * 1024, end++;
+  else if (*end == 'g' || *end == 'G')
+    mul = 1024ULL * 1024 * 1024, end++;
+  if (*end != '\0' || v == 0 || v > SIZE_MAX / mul)
+    return false;
+  *out = (size_t)(v * mul);
+  return true;
+}
+
+static int bad_value(const char *option, const char *value, const char *expected) {
+  return luna__cli_usage_error("bad value '%s' for --%s (expected %s)", value, option,
+                               expected);
+}
+
+/* Parses argv[1..] (argv[0] is "mods"); -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, mods_options *o) {
+  unsigned long long n;
+  int c, index;
+  memset(o, 0, sizeof *o);
+  o->run.frame_dt_ns = 16666667;
+  o->run.fixed_dt_ns = 20000000;
+  o->run.time_scale = 1.0;
+  optind = 0;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "+:h", long_options, &index)) != -1) {
+    const char *name = c >= OPT_FAST ? long_options[index].name : NULL;
+    switch (c) {
+    case 'h':
+      fputs(mods_usage, stdout);
+      return LUNA_EXIT_OK;
+    case OPT_FAST:
+      o->run.fast = true;
+      break;
+    case OPT_HZ:
+      if (!parse_rate(optarg, &o->run.frame_dt_ns))
+        return bad_value(name, optarg, "a positive number");
+      break;
+    case OPT_FIXED_HZ:
+      if (!parse_rate(optarg, &o->run.fixed_dt_ns))
+        return bad_value(name, optarg, "a positive number");
+      break;
+    case OPT_FRAMES:
+      if (!parse_count(optarg, &n))
+        return bad_value(name, optarg, "a whole number >= 0");
+      o->run.has_frames = true;
+      o->run.frames = n;
+      break;
+    case OPT_TIME_SCALE:
+      if (!parse_double(optarg, &o->run.time_scale) || o->run.time_scale < 0)
+        return bad_value(name, optarg, "a number >= 0");
+      break;
+    case OPT_SEED: {
+      char *end;
+      errno = 0;
+      o->mods.seed = strtoll(optarg, &end, 10);
+      if (end == optarg || *end != '\0' || errno == ERANGE)
+        return bad_value(name, optarg, "an integer");
+      o->mods.has_seed = true;
+      break;
+    }
+    case OPT_WATCH:
+      if (!parse_count(optarg, &n) || n > 1000000000ULL)
+        return bad_value(name, optarg, "a whole number of frames >= 0");
+      o->mods.watch_frames = n == 0 ? -1 : (int)n;
+      break;
+    case OPT_MEMORY:
+      if (!parse_bytes(optarg, &o->mods.memory_limit))
+        return bad_value(name, optarg, "a positive size in bytes, e.g. 512k or 64m");
+      break;
+    case OPT_BUDGET:
+      if (!parse_count(optarg, &n) || n == 0 || n > 2000000000ULL)
+        return bad_value(name, optarg, "a positive number of instructions");
+      o->mods.instruction_limit = n;
+      break;
+    case OPT_MAX_OVERRUNS:
+      if (!parse_count(optarg, &n) || n == 0 || n > 1000000ULL)
+        return bad_value(name, optarg, "a positive whole number");
+      o->mods.max_overruns = (unsigned)n;
+      break;
+    case ':':
+      return luna__cli_usage_error("option '%s' needs a value", argv[optind - 1]);
+    default:
+      if (optopt != 0 && optopt < 256)
+        return luna__cli_usage_error("unknown option '-%c'", optopt);
+      return luna__cli_usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind >= argc)
+    return luna__cli_usage_error("mods: missing DIR");
+  if (optind + 1 < argc)
+    return luna__cli_usage_error("mods: one DIR only, got '%s' too", argv[optind + 1]);
+  o->dir = argv[optind];
+  return -1;
+}
+
+static luna_ns virtual_realtime(void *ud) {
+  return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
+}
+
+/* Drives frames until nothing is alive, --frames, or Ctrl-C. */
+static bool drive(luna_mods *set, luna_loop *loop, const luna_run_options *o) {
+  luna_pacer pacer;
+  uint64_t frames = 0;
+  if (!o->fast)
+    luna__pacer_start(&pacer, o->frame_dt_ns);
+  for (;;) {
+    luna_ns dt = o->frame_dt_ns;
+    int rc;
+    if (luna__interrupted() || !luna_mods_alive(set))
+      return true;
+    if (o->has_frames && frames >= o->frames)
+      return true;
+    if (!o->fast && (dt = luna__pacer_wait(&pacer)) < 0)
+      continue;
+    rc = luna_loop_frame_ns(loop, dt);
+    if (rc < 0 && rc != LUNA_ESTOPPED) {
+      fprintf(stderr, LUNA_PROGNAME ": frame %llu failed: %s\n",
+              (unsigned long long)luna_loop_frame_count(loop), luna_strerror(rc));
+      return false;
+    }
+    frames++;
+  }
+}
+
+static const char *state_name(luna_mod_state s) {
+  switch (s) {
+  case LUNA_MOD_LOADED:
+    return "loaded";
+  case LUNA_MOD_FAILED:
+    return "failed";
+  case LUNA_MOD_DISABLED:
+    return "disabled";
+  default:
+    return "unloaded";
+  }
+}
+
+/* One line per mod on stderr: name, version, state, and why when not loaded. */
+static void summary(const luna_mods *set) {
+  size_t i, n = luna_mods_count(set);
+  fflush(stdout);
+  fprintf(stderr, LUNA_PROGNAME ": mods:");
+  for (i = 0; i < n; i++) {
+    luna_mod_info info;
+    if (luna_mods_get_info(set, i, &info) != 0)
+      continue;
+    fprintf(stderr, "\n  %s %s: %s, %llu error%s, peak memory %zu KiB", info.name,
+            info.version, state_name(info.state), (unsigned long long)info.errors,
+            info.errors == 1 ? "" : "s", (info.memory_peak + 1023) / 1024);
+    if (info.state != LUNA_MOD_LOADED && info.last_error[0] != '\0')
+      fprintf(stderr, " (%s)", info.last_error);
+  }
+  fputc('\n', stderr);
+  fflush(stderr);
+}
+
+int luna__cli_mods(int argc, char **argv, int first) {
+  mods_options o;
+  luna_config config = {0};
+  luna_loop *loop = NULL;
+  luna_mods *set = NULL;
+  int status = parse_options(argc - first, argv + first, &o);
+  int rc;
+  bool ok;
+  if (status >= 0)
+    return status;
+  config.fixed_dt_ns = o.run.fixed_dt_ns;
+  if ((rc = luna_loop_new(&config, &loop)) < 0) {
+    fprintf(stderr, LUNA_PROGNAME ": cannot create the loop: %s\n", luna_strerror(rc));
+    return LUNA_EXIT_ERROR;
+  }
+  luna_loop_set_time_scale(loop, o.run.time_scale);
+  if (o.run.fast)
+    luna_loop_set_realtime_source(loop, virtual_realtime, loop);
+  if ((rc = luna_mods_new(loop, &o.mods, &set)) < 0) {
+    fprintf(stderr, LUNA_PROGNAME ": cannot create the mod set: %s\n", luna_strerror(rc));
+    luna_loop_free(loop);
+    return LUNA_EXIT_ERROR;
+  }
+  luna__signals_install();
+  rc = luna_mods_load_dir(set, o.dir);
+  if (rc < 0 && luna_mods_count(set) == 0) {
+    const char *msg = luna_mods_last_error(set);
+    status = luna__cli_usage_error("mods: %s", msg[0] != '\0' ? msg : "cannot load DIR");
+  } else if (luna_mods_count(set) == 0) {
+    status = luna__cli_usage_error("mods: no mods in '%s' (folders with a mod.lua)", o.dir);
+  } else {
+    ok = drive(set, loop, &o.run);
+    summary(set);
+    if (luna__interrupted())
+      status = LUNA_EXIT_INTERRUPTED;
+    else
+      status = !ok || luna_mods_error_count(set) > 0 ? LUNA_EXIT_ERROR : LUNA_EXIT_OK;
+  }
+  luna_mods_free(set);
+  luna__signals_restore();
+  luna_loop_free(loop);
+  return status;
+}

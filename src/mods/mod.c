@@ -1,0 +1,347 @@
+/*
+** mod.c: one mod's Lua state: its allocator with a memory cap, opening it
+** (libraries, binding, sandbox, mod.lua as the task "main", on_load) and
+** closing it (on_unload, then lua_close, which cancels its tasks).
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lualib.h>
+
+#include "binding.h"
+#include "mods.h"
+
+/* Registry keys of the handlers a mod registers (set in bus.c). */
+extern const char luna__on_load_key, luna__on_unload_key;
+
+/* ---- reports ------------------------------------------------------------------ */
+
+void luna__mods_report(luna_mods *set, const char *mod, const char *fmt, ...) {
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (set->cfg.report != NULL) {
+    set->cfg.report(set->cfg.report_ud, mod, buf);
+  } else {
+    fflush(stdout);
+    if (mod != NULL)
+      fprintf(stderr, "lunaloop: mod '%s': %s\n", mod, buf);
+    else
+      fprintf(stderr, "lunaloop: mods: %s\n", buf);
+    fflush(stderr);
+  }
+}
+
+/* ---- the allocator -------------------------------------------------------------- */
+
+luna__mod *luna__mod_of(lua_State *L) {
+  void *ud;
+  lua_getallocf(L, &ud);
+  return (luna__mod *)ud;
+}
+
+/* The lua_Alloc of a mod. While its code runs (inside a budget context) it
+   refuses to grow past mem_limit; between runs, when the binding does its
+   own bookkeeping (a failed task's traceback, cancellations at unload), it
+   allows 1/8 more, so that bookkeeping right after "not enough memory" does
+   not fail unprotected (which would panic the host). A refusal is not yet
+   an overrun: Lua answers most of them with an emergency collection and a
+   retry. The overrun is counted when a task or callback fails with "not
+   enough memory" (report_error). */
+void *luna__mod_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  luna__mod *m = (luna__mod *)ud;
+  void *p;
+  if (ptr == NULL)
+    osize = 0; /* osize then tells the kind of object, not a size */
+  if (nsize == 0) {
+    free(ptr);
+    m->mem_used -= osize;
+    return NULL;
+  }
+  if (nsize > osize) {
+    bool strict = m->mem_strict && !m->closing;
+    size_t cap = strict ? m->mem_limit : m->mem_limit + m->mem_limit / 8;
+    if (m->mem_used + (nsize - osize) > cap)
+      return NULL;
+  }
+  p = realloc(ptr, nsize);
+  if (p == NULL)
+    return NULL;
+  m->mem_used = m->mem_used - osize + nsize;
+  if (m->mem_used > m->mem_peak)
+    m->mem_peak = m->mem_used;
+  return p;
+}
+
+void luna__mod_overrun(luna__mod *m, bool memory) {
+  if (memory)
+    m->memory_overruns++;
+  else
+    m->budget_overruns++;
+  if (m->budget_overruns + m->memory_overruns >= m->set->cfg.max_overruns)
+    m->disable_pending = true;
+}
+
+/* An error escaped every protected call (a bug, or bookkeeping that ran out
+   of memory): say which mod before Lua aborts. */
+static int panic(lua_State *L) {
+  luna__mod *m = luna__mod_of(L);
+  const char *msg = lua_tostring(L, -1);
+  fprintf(stderr, "lunaloop: mod '%s': unprotected error in its Lua state: %s\n",
+          m->man.name, msg != NULL ? msg : "?");
+  fflush(stderr);
+  return 0;
+}
+
+/* ---- protected calls ---------------------------------------------------------------- */
+
+static int msgh(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL)
+    msg = luaL_tolstring(L, 1, NULL);
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+typedef struct pcall_ctx {
+  lua_CFunction f;
+  void *ud;
+} pcall_ctx;
+
+static int trampoline(lua_State *L) {
+  pcall_ctx *c = (pcall_ctx *)lua_touserdata(L, 1);
+  lua_settop(L, 0);
+  lua_pushlightuserdata(L, c->ud);
+  return c->f(L);
+}
+
+bool luna__mod_pcall(luna__mod *m, lua_CFunction f, void *ud, bool budget) {
+  lua_State *L = m->L;
+  int base = lua_gettop(L), st;
+  pcall_ctx c = {f, ud};
+  m->running++;
+  m->set->busy++;
+  lua_pushcfunction(L, msgh);
+  lua_pushcfunction(L, trampoline);
+  lua_pushlightuserdata(L, &c);
+  if (budget)
+    luna__budget_begin(m, L);
+  st = lua_pcall(L, 1, 0, base + 1);
+  if (budget)
+    luna__budget_end(m);
+  if (st != LUA_OK) {
+    const char *msg = lua_tostring(L, -1);
+    snprintf(m->last_error, sizeof m->last_error, "%s",
+             msg != NULL ? msg : (st == LUA_ERRMEM ? "not enough memory" : "error"));
+  }
+  lua_settop(L, base);
+  m->set->busy--;
+  m->running--;
+  return st == LUA_OK;
+}
+
+/* ---- the error handler -------------------------------------------------------------- */
+
+static const char mod_handler_key = 'h';
+
+/* The binding's error handler in every mod state: fn(err, traceback, task).
+   It counts a failure from "not enough memory" as a memory overrun, then
+   calls the handler the mod installed with task.on_error, or reports
+   through the set, naming the mod. */
+static int report_error(lua_State *L) {
+  luna__mod *m = luna__mod_of(L);
+  const char *msg;
+  const char *tb = lua_tostring(L, 2);
+  const char *what = lua_isnoneornil(L, 3) ? "callback" : "task";
+  lua_settop(L, 3);
+  if (lua_type(L, 1) == LUA_TSTRING && strcmp(lua_tostring(L, 1), "not enough memory") == 0)
+    luna__mod_overrun(m, true);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &mod_handler_key) == LUA_TFUNCTION) {
+    lua_insert(L, 1);
+    lua_call(L, 3, 0);
+    return 0;
+  }
+  msg = luaL_tolstring(L, 1, NULL);
+  if (tb != NULL)
+    luna__mods_report(m->set, m->man.name, "%s failed: %s\n%s", what, msg, tb);
+  else
+    luna__mods_report(m->set, m->man.name, "%s failed: %s", what, msg);
+  return 0;
+}
+
+int luna__l_mod_on_error(lua_State *L) {
+  if (!lua_isnoneornil(L, 1))
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 1);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &mod_handler_key);
+  lua_pushvalue(L, 1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &mod_handler_key);
+  return 1;
+}
+
+/* ---- opening ------------------------------------------------------------------------ */
+
+/* Standard libraries a mod's state opens; the sandbox picks from them. io,
+   package and debug are never opened. */
+static const luaL_Reg libs[] = {
+    {LUA_GNAME, luaopen_base},       {LUA_COLIBNAME, luaopen_coroutine},
+    {LUA_TABLIBNAME, luaopen_table}, {LUA_OSLIBNAME, luaopen_os},
+    {LUA_STRLIBNAME, luaopen_string}, {LUA_MATHLIBNAME, luaopen_math},
+    {LUA_UTF8LIBNAME, luaopen_utf8}, {NULL, NULL}};
+
+/* Protected: libraries, binding, sandbox, seed; pushes mod.lua's chunk. */
+static int setup(lua_State *L) {
+  luna__mod *m = (luna__mod *)lua_touserdata(L, 1);
+  const luaL_Reg *lib;
+  int rc;
+  for (lib = libs; lib->func != NULL; lib++) {
+    luaL_requiref(L, lib->name, lib->func, 1);
+    lua_pop(L, 1);
+  }
+  rc = luna_lua_attach(L, m->set->loop);
+  if (rc != 0)
+    return luaL_error(L, "cannot attach the loop: %s", luna_strerror(rc));
+  luna__budget_install(m);
+  /* The default error handler names the mod. */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(L, -1, "lunaloop");
+  lua_getfield(L, -1, "on_error");
+  lua_pushcfunction(L, report_error);
+  lua_call(L, 1, 0);
+  lua_pop(L, 2);
+  if (m->set->cfg.has_seed) {
+    lua_getglobal(L, "math");
+    lua_getfield(L, -1, "randomseed");
+    lua_pushinteger(L, (lua_Integer)m->set->cfg.seed);
+    lua_call(L, 1, 0);
+    lua_pop(L, 1);
+  }
+  luna__sandbox_open(L, m);
+  return 0;
+}
+
+/* Protected, at binding depth 0: loads mod.lua and starts it as "main". */
+static int start_main(lua_State *L) {
+  luna__mod *m = (luna__mod *)lua_touserdata(L, 1);
+  int rc;
+  luna__sandbox_loadfile(L, m, "mod.lua", "mod.lua");
+  rc = luna_lua_spawn(L, 0, "main");
+  if (rc != 0)
+    return luaL_error(L, "cannot start mod.lua: %s", luna_strerror(rc));
+  return 0;
+}
+
+/* Protected, budgeted: on_load(copy of the carried state). */
+static int call_on_load(lua_State *L) {
+  luna__mod *m = (luna__mod *)lua_touserdata(L, 1);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &luna__on_load_key);
+  if (!lua_isfunction(L, -1))
+    return 0;
+  luna__copy_in(L, m->carry, m->carry_len);
+  lua_call(L, 1, 0);
+  return 0;
+}
+
+/* Protected, budgeted: keeps a copy of on_unload's result as the carried
+   state when m->carry_wanted. */
+typedef struct unload_ctx {
+  luna__mod *m;
+  bool keep;
+} unload_ctx;
+
+static int call_on_unload(lua_State *L) {
+  unload_ctx *u = (unload_ctx *)lua_touserdata(L, 1);
+  luna__mod *m = u->m;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &luna__on_unload_key);
+  if (!lua_isfunction(L, -1))
+    return 0;
+  lua_call(L, 0, 1);
+  if (u->keep && !lua_isnil(L, -1)) {
+    size_t len;
+    char *data = luna__copy_out(L, -1, m->set->cfg.message_limit, &len, "on_unload result");
+    free(m->carry);
+    m->carry = data;
+    m->carry_len = len;
+  }
+  return 0;
+}
+
+static void close_state(luna__mod *m) {
+  if (m->L == NULL)
+    return;
+  m->errors_before += luna_lua_error_count(m->L);
+  m->running++;
+  m->closing = true;
+  lua_close(m->L);
+  m->closing = false;
+  m->running--;
+  m->L = NULL;
+  m->depth = 0;
+  m->exceeded = false;
+}
+
+bool luna__mod_open(luna__mod *m) {
+  luna_mods *set = m->set;
+  m->mem_limit = set->cfg.memory_limit;
+  m->budget = set->cfg.instruction_limit;
+  m->step = m->budget < 1000 ? (int)m->budget : 1000;
+  m->used = 0;
+  m->depth = 0;
+  m->exceeded = false;
+  m->mem_strict = false;
+  m->budget_overruns = m->memory_overruns = 0;
+  m->disable_pending = false;
+  m->last_error[0] = '\0';
+  m->L = lua_newstate(luna__mod_alloc, m);
+  if (m->L == NULL) {
+    snprintf(m->last_error, sizeof m->last_error, "cannot create its Lua state: not enough memory");
+    m->state = LUNA_MOD_FAILED;
+    goto fail;
+  }
+  lua_atpanic(m->L, panic);
+  m->loads++;
+  if (!luna__mod_pcall(m, setup, m, false) || !luna__mod_pcall(m, start_main, m, false)) {
+    m->state = LUNA_MOD_FAILED;
+    close_state(m);
+    goto fail;
+  }
+  m->state = LUNA_MOD_LOADED;
+  if (m->carry != NULL) {
+    if (!luna__mod_pcall(m, call_on_load, m, true))
+      luna__mods_report(set, m->man.name, "on_load failed: %s", m->last_error);
+    free(m->carry);
+    m->carry = NULL;
+    m->carry_len = 0;
+  }
+  return true;
+fail:
+  free(m->carry);
+  m->carry = NULL;
+  m->carry_len = 0;
+  return false;
+}
+
+void luna__mod_close(luna__mod *m, bool call_unload, bool keep) {
+  if (m->L == NULL)
+    return;
+  if (call_unload) {
+    unload_ctx u = {m, keep};
+    if (!luna__mod_pcall(m, call_on_unload, &u, true))
+      luna__mods_report(m->set, m->man.name, "on_unload failed: %s", m->last_error);
+  }
+  close_state(m);
+}
+
+void luna__mod_free(luna__mod *m) {
+  if (m == NULL)
+    return;
+  close_state(m);
+  luna__manifest_free(&m->man);
+  free(m->dir);
+  free(m->carry);
+  free(m);
+}

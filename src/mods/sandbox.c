@@ -1,0 +1,517 @@
+/*
+** sandbox.c: the environment a mod's code sees.
+**
+** A mod's state opens only base, coroutine, table, os, string, math and utf8
+** (never io, package or debug), attaches the binding (whose Lua-side code
+** keeps the original global table as its upvalue), and then replaces the
+** state's global table (registry[LUA_RIDX_GLOBALS]) by a fresh table built
+** from the whitelist below. So every chunk a mod loads, with or without an
+** explicit env, starts from the sandbox, and the original globals are out of
+** reach. docs/modding.md lists the same whitelist for mod authors; change
+** both together.
+**
+** Rules, each with a test in tests/mods/test_sandbox.c:
+** - no binary chunks: load, loadfile, dofile and require load text only;
+** - files only from the mod's own folder: relative paths without "..",
+**   resolved with realpath and checked to stay inside the folder (so a
+**   symbolic link cannot lead out);
+** - string.dump is removed from the state's string library, which is also
+**   the string metatable's __index;
+** - no __gc metamethods (finalizers run with hooks off, so the budget could
+**   not stop one): setmetatable refuses a metatable with a __gc field;
+**   getmetatable returns only metatables the mod set itself, the string
+**   metatable, and __metatable fields, so the binding's own metatables
+**   (Task, Handle, Channel, Scope...) cannot be given a __gc either;
+** - coroutine.resume/close accept only coroutines made by the sandbox's
+**   coroutine.create/wrap (not a task's coroutine, which only the scheduler
+**   may resume), and every coroutine gets the budget hook;
+** - the task module without step, run, exit and set_budget (the loop and
+**   its budgets belong to the host), and time_scale read-only.
+*/
+#define _XOPEN_SOURCE 700 /* realpath */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mods.h"
+
+/* Upvalue-less registry keys. */
+static const char own_mts_key = 'm';     /* weak-keyed set of mod-set metatables */
+static const char own_threads_key = 't'; /* weak-keyed set of sandbox coroutines */
+static const char loaded_key = 'l';      /* require's cache */
+
+#define MAX_SOURCE (16u * 1024u * 1024u) /* largest Lua file a mod may load */
+
+/* ---- files of the mod's folder ------------------------------------------------------- */
+
+/* A path a mod may name: relative, no "..", no empty component, no NUL. */
+static bool safe_relative(const char *rel) {
+  const char *p = rel;
+  if (rel[0] == '\0' || rel[0] == '/' || strchr(rel, '\\') != NULL)
+    return false;
+  while (*p != '\0') {
+    const char *end = strchr(p, '/');
+    size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+    if (n == 0 || (n == 2 && p[0] == '.' && p[1] == '.'))
+      return false;
+    p += n;
+    if (*p == '/')
+      p++;
+  }
+  return true;
+}
+
+void luna__sandbox_loadfile(lua_State *L, luna__mod *m, const char *rel, const char *what) {
+  char full[PATH_MAX], real[PATH_MAX], chunkname[256];
+  size_t dirlen = strlen(m->dir), len;
+  char *src;
+  int st;
+  if (!safe_relative(rel))
+    luaL_error(L, "%s: '%s' is not a path inside the mod's folder "
+                  "(relative, without '..')", what, rel);
+  if ((size_t)snprintf(full, sizeof full, "%s/%s", m->dir, rel) >= sizeof full)
+    luaL_error(L, "%s: path too long", what);
+  if (realpath(full, real) == NULL)
+    luaL_error(L, "%s: cannot open '%s': %s", what, rel, strerror(errno));
+  if (strncmp(real, m->dir, dirlen) != 0 || real[dirlen] != '/')
+    luaL_error(L, "%s: '%s' leads out of the mod's folder", what, rel);
+  src = luna__read_file(real, MAX_SOURCE, &len);
+  if (src == NULL)
+    luaL_error(L, "%s: cannot read '%s': %s", what, rel, strerror(errno));
+  snprintf(chunkname, sizeof chunkname, "@%s/%s", m->man.name, rel);
+  st = luaL_loadbufferx(L, src, len, chunkname, "t");
+  free(src);
+  if (st != LUA_OK)
+    lua_error(L);
+}
+
+/* ---- load, loadfile, dofile, require ---------------------------------------------------- */
+
+/* load(chunk [, chunkname [, mode [, env]]]): the stock load, mode forced
+   to "t". Without env the chunk gets the sandbox (the state's globals). */
+static int l_load(lua_State *L) {
+  int n = lua_gettop(L);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  if (n < 3)
+    lua_settop(L, 4); /* fn, chunk, name, mode */
+  lua_pushliteral(L, "t");
+  lua_replace(L, 4);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* loadfile(path [, mode [, env]]) -> chunk | nil, message */
+static int l_loadfile(lua_State *L) {
+  luna__mod *m = luna__mod_of(L);
+  const char *path = luaL_checkstring(L, 1);
+  int env = !lua_isnone(L, 3) ? 3 : 0;
+  lua_settop(L, 3);
+  luna__sandbox_loadfile(L, m, path, "loadfile");
+  if (env != 0) {
+    lua_pushvalue(L, env);
+    if (lua_setupvalue(L, -2, 1) == NULL)
+      lua_pop(L, 1);
+  }
+  return 1;
+}
+
+static int dofile_cont(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  (void)ctx;
+  return lua_gettop(L) - 1;
+}
+
+/* dofile(path): runs a file of the mod's folder, returns its results. */
+static int l_dofile(lua_State *L) {
+  luna__mod *m = luna__mod_of(L);
+  const char *path = luaL_checkstring(L, 1);
+  lua_settop(L, 1);
+  luna__sandbox_loadfile(L, m, path, "dofile");
+  lua_callk(L, 0, LUA_MULTRET, 0, dofile_cont);
+  return dofile_cont(L, 0, 0);
+}
+
+/* require(name): preloaded modules (lunaloop, mods and the whitelisted
+   libraries), else name.lua or name/init.lua of the mod's folder, dots
+   meaning folders. Names are letters, digits, '_' and '-' between dots. */
+static int l_require(lua_State *L) {
+  luna__mod *m = luna__mod_of(L);
+  const char *name = luaL_checkstring(L, 1);
+  char rel[PATH_MAX];
+  size_t i, n = strlen(name);
+  lua_settop(L, 1);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &loaded_key);
+  lua_getfield(L, 2, name);
+  if (lua_toboolean(L, -1)) {
+    if (lua_islightuserdata(L, -1))
+      return luaL_error(L, "require: loop in the modules required by '%s'", name);
+    return 1;
+  }
+  lua_pop(L, 1);
+  if (n == 0 || n >= sizeof rel - 16 || name[0] == '.' || name[n - 1] == '.')
+    return luaL_error(L, "require: bad module name '%s'", name);
+  for (i = 0; i < n; i++) {
+    char c = name[i];
+    if (c == '.') {
+      if (name[i + 1] == '.')
+        return luaL_error(L, "require: bad module name '%s'", name);
+      rel[i] = '/';
+    } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '-') {
+      rel[i] = c;
+    } else {
+      return luaL_error(L, "require: bad module name '%s' (only letters, digits, '_', "
+                           "'-' and dots; modules come from the mod's own folder)", name);
+    }
+  }
+  memcpy(rel + n, ".lua", 5);
+  {
+    char full[PATH_MAX];
+    FILE *f;
+    f = (size_t)snprintf(full, sizeof full, "%s/%s", m->dir, rel) < sizeof full
+            ? fopen(full, "r") : NULL;
+    if (f != NULL)
+      fclose(f);
+    else
+      memcpy(rel + n, "/init.lua", 10);
+  }
+  /* Mark it as loading, so that a cycle of requires is an error. */
+  lua_pushlightuserdata(L, (void *)&loaded_key);
+  lua_setfield(L, 2, name);
+  luna__sandbox_loadfile(L, m, rel, "require");
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 1);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_pushboolean(L, 1);
+  }
+  lua_pushvalue(L, -1);
+  lua_setfield(L, 2, name);
+  return 1;
+}
+
+/* ---- print ------------------------------------------------------------------------------ */
+
+/* print(...): one line, values separated by tabs, through the set's print
+   function ("[name] line" on stdout by default). */
+static int l_print(lua_State *L) {
+  luna__mod *m = luna__mod_of(L);
+  int i, n = lua_gettop(L);
+  luaL_Buffer b;
+  size_t len;
+  const char *line;
+  luaL_buffinit(L, &b);
+  for (i = 1; i <= n; i++) {
+    if (i > 1)
+      luaL_addchar(&b, '\t');
+    luaL_tolstring(L, i, NULL);
+    luaL_addvalue(&b);
+  }
+  luaL_pushresult(&b);
+  line = lua_tolstring(L, -1, &len);
+  if (m->set->cfg.print != NULL) {
+    m->set->cfg.print(m->set->cfg.print_ud, m->man.name, line, len);
+  } else {
+    printf("[%s] ", m->man.name);
+    fwrite(line, 1, len, stdout);
+    putchar('\n');
+    fflush(stdout);
+  }
+  return 0;
+}
+
+/* ---- metatables -------------------------------------------------------------------------- */
+
+/* setmetatable(t, mt): as stock, but a metatable with a __gc field is
+   refused, and mt is remembered as one the mod may get back. */
+static int l_setmetatable(lua_State *L) {
+  int t = lua_type(L, 2);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_argexpected(L, t == LUA_TNIL || t == LUA_TTABLE, 2, "nil or table");
+  if (luaL_getmetafield(L, 1, "__metatable") != LUA_TNIL)
+    return luaL_error(L, "cannot change a protected metatable");
+  if (t == LUA_TTABLE) {
+    if (lua_getfield(L, 2, "__gc") != LUA_TNIL)
+      return luaL_error(L, "setmetatable: __gc metamethods are not allowed in mods "
+                           "(use a to-be-closed variable or on_unload)");
+    lua_pop(L, 1);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &own_mts_key);
+    lua_pushvalue(L, 2);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+  }
+  lua_settop(L, 2);
+  lua_setmetatable(L, 1);
+  return 1;
+}
+
+/* getmetatable(v): a __metatable field if there is one; else the metatable
+   if the mod set it itself, or v is a string; else nil. */
+static int l_getmetatable(lua_State *L) {
+  luaL_checkany(L, 1);
+  if (!lua_getmetatable(L, 1)) {
+    lua_pushnil(L);
+    return 1;
+  }
+  if (luaL_getmetafield(L, 1, "__metatable") != LUA_TNIL)
+    return 1;
+  if (lua_type(L, 1) == LUA_TSTRING)
+    return 1;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &own_mts_key);
+  lua_pushvalue(L, -2);
+  if (lua_rawget(L, -2) == LUA_TNIL)
+    lua_pushnil(L);
+  else
+    lua_pushvalue(L, -3);
+  return 1;
+}
+
+/* collectgarbage([opt [, arg]]): only "collect" (the default), "count",
+   "step" and "isrunning"; tuning or stopping the collector is the host's. */
+static int l_collectgarbage(lua_State *L) {
+  static const char *const allowed[] = {"collect", "count", "step", "isrunning", NULL};
+  const char *opt = luaL_optstring(L, 1, "collect");
+  int i;
+  for (i = 0; allowed[i] != NULL; i++)
+    if (strcmp(opt, allowed[i]) == 0)
+      break;
+  if (allowed[i] == NULL)
+    return luaL_error(L, "collectgarbage: option '%s' is not allowed in mods", opt);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* ---- coroutines ------------------------------------------------------------------------- */
+
+static void remember_thread(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &own_threads_key);
+  lua_pushvalue(L, idx);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+/* coroutine.create(f): as stock, with the budget hook on the new thread. */
+static int l_co_create(lua_State *L) {
+  lua_State *co;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  co = lua_newthread(L);
+  lua_pushvalue(L, 1);
+  lua_xmove(L, co, 1);
+  luna__budget_hook_thread(luna__mod_of(L), co);
+  remember_thread(L, -1);
+  return 1;
+}
+
+static lua_State *check_own_thread(lua_State *L, const char *fname) {
+  lua_State *co = lua_tothread(L, 1);
+  luaL_argexpected(L, co != NULL, 1, "coroutine");
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &own_threads_key);
+  lua_pushvalue(L, 1);
+  if (lua_rawget(L, -2) == LUA_TNIL)
+    luaL_error(L, "%s: only coroutines made by coroutine.create or coroutine.wrap "
+                  "(a task's coroutine belongs to the scheduler)", fname);
+  lua_pop(L, 2);
+  return co;
+}
+
+/* coroutine.resume(co, ...) / coroutine.close(co): the stock functions, for
+   the mod's own coroutines only. */
+static int l_co_resume(lua_State *L) {
+  check_own_thread(L, "coroutine.resume");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+static int l_co_close(lua_State *L) {
+  check_own_thread(L, "coroutine.close");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* coroutine.wrap, written on the sandbox's create/resume so its coroutine
+   is hooked and its own. An error closes the coroutine and propagates, as
+   in stock Lua 5.4. */
+static const char wrap_lua[] =
+    "local create, resume, status, close, error, pack, unpack = ...\n"
+    "local function finish(co, r)\n"
+    "  if r[1] then return unpack(r, 2, r.n) end\n"
+    "  if status(co) == 'dead' then close(co) end\n"
+    "  error(r[2], 0)\n"
+    "end\n"
+    "return function(f)\n"
+    "  local co = create(f)\n"
+    "  return function(...) return finish(co, pack(resume(co, ...))) end\n"
+    "end\n";
+
+/* ---- the task module, as mods see it ------------------------------------------------- */
+
+static int l_time_scale(lua_State *L) {
+  if (!lua_isnone(L, 1))
+    return luaL_error(L, "task.time_scale: mods may read the time scale, not set it");
+  lua_pushnumber(L, luna_loop_time_scale(luna_lua_loop(L)));
+  return 1;
+}
+
+static void restrict_task_module(lua_State *L) {
+  static const char *const removed[] = {"step", "run", "exit", "set_budget", NULL};
+  int i;
+  for (i = 0; removed[i] != NULL; i++) {
+    lua_pushnil(L);
+    lua_setfield(L, -2, removed[i]);
+  }
+  lua_pushcfunction(L, l_time_scale);
+  lua_setfield(L, -2, "time_scale");
+  lua_pushcfunction(L, luna__l_mod_on_error);
+  lua_setfield(L, -2, "on_error");
+}
+
+/* ---- building the environment ------------------------------------------------------------ */
+
+static void copy_fields(lua_State *L, int from, const char *const *names) {
+  for (; *names != NULL; names++) {
+    lua_getfield(L, from, *names);
+    lua_setfield(L, -2, *names);
+  }
+}
+
+static void new_weak_set(lua_State *L, const void *key) {
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+}
+
+void luna__sandbox_open(lua_State *L, luna__mod *m) {
+  static const char *const base[] = {
+      "assert", "error",  "ipairs", "next",     "pairs",  "pcall",    "xpcall",
+      "rawequal", "rawget", "rawset", "rawlen", "select", "tonumber", "tostring",
+      "type",   "_VERSION", NULL};
+  static const char *const os_safe[] = {"time", "clock", "date", "difftime", NULL};
+  static const char *const co_safe[] = {"yield", "status", "running", "isyieldable", NULL};
+  int G, S, loaded;
+  (void)m;
+  new_weak_set(L, &own_mts_key);
+  new_weak_set(L, &own_threads_key);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+  G = lua_gettop(L);
+  lua_newtable(L);
+  S = lua_gettop(L);
+  copy_fields(L, G, base);
+  lua_pushvalue(L, S);
+  lua_setfield(L, S, "_G");
+
+  lua_getfield(L, G, "load");
+  lua_pushcclosure(L, l_load, 1);
+  lua_setfield(L, S, "load");
+  lua_pushcfunction(L, l_loadfile);
+  lua_setfield(L, S, "loadfile");
+  lua_pushcfunction(L, l_dofile);
+  lua_setfield(L, S, "dofile");
+  lua_pushcfunction(L, l_require);
+  lua_setfield(L, S, "require");
+  lua_pushcfunction(L, l_print);
+  lua_setfield(L, S, "print");
+  lua_pushcfunction(L, l_setmetatable);
+  lua_setfield(L, S, "setmetatable");
+  lua_pushcfunction(L, l_getmetatable);
+  lua_setfield(L, S, "getmetatable");
+  lua_getfield(L, G, "collectgarbage");
+  lua_pushcclosure(L, l_collectgarbage, 1);
+  lua_setfield(L, S, "collectgarbage");
+
+  /* string: the state's own library without dump (it is also the string
+     metatable's __index, so ("").dump is gone too). */
+  lua_getfield(L, G, "string");
+  lua_pushnil(L);
+  lua_setfield(L, -2, "dump");
+  lua_setfield(L, S, "string");
+  lua_getfield(L, G, "table");
+  lua_setfield(L, S, "table");
+  lua_getfield(L, G, "math");
+  lua_setfield(L, S, "math");
+  lua_getfield(L, G, "utf8");
+  lua_setfield(L, S, "utf8");
+
+  lua_getfield(L, G, "os"); /* os: a new table with the safe few */
+  lua_newtable(L);
+  copy_fields(L, lua_gettop(L) - 1, os_safe);
+  lua_setfield(L, S, "os");
+  lua_pop(L, 1);
+
+  lua_newtable(L); /* coroutine */
+  lua_getfield(L, G, "coroutine");
+  {
+    int co = lua_gettop(L), out = co - 1;
+    int i;
+    for (i = 0; co_safe[i] != NULL; i++) {
+      lua_getfield(L, co, co_safe[i]);
+      lua_setfield(L, out, co_safe[i]);
+    }
+    lua_pushcfunction(L, l_co_create);
+    lua_setfield(L, out, "create");
+    lua_getfield(L, co, "resume");
+    lua_pushcclosure(L, l_co_resume, 1);
+    lua_setfield(L, out, "resume");
+    lua_getfield(L, co, "close");
+    lua_pushcclosure(L, l_co_close, 1);
+    lua_setfield(L, out, "close");
+    if (luaL_loadbufferx(L, wrap_lua, sizeof wrap_lua - 1, "=coroutine.wrap", "t") != LUA_OK)
+      lua_error(L);
+    lua_getfield(L, out, "create");
+    lua_getfield(L, out, "resume");
+    lua_getfield(L, out, "status");
+    lua_getfield(L, out, "close");
+    lua_getfield(L, G, "error");
+    lua_getfield(L, G, "table");
+    lua_getfield(L, -1, "pack");
+    lua_getfield(L, -2, "unpack");
+    lua_remove(L, -3);
+    lua_call(L, 7, 1);
+    lua_setfield(L, out, "wrap");
+    lua_pop(L, 1);
+  }
+  lua_setfield(L, S, "coroutine");
+
+  /* task and mods, also through require. */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(L, -1, "lunaloop");
+  lua_remove(L, -2);
+  restrict_task_module(L);
+  lua_setfield(L, S, "task");
+  luna__open_mods_module(L);
+  lua_setfield(L, S, "mods");
+
+  lua_newtable(L);
+  loaded = lua_gettop(L);
+  {
+    static const char *const preload[] = {"string", "table", "math", "utf8", "os",
+                                          "coroutine", "mods", NULL};
+    int i;
+    for (i = 0; preload[i] != NULL; i++) {
+      lua_getfield(L, S, preload[i]);
+      lua_setfield(L, loaded, preload[i]);
+    }
+    lua_getfield(L, S, "task");
+    lua_setfield(L, loaded, "lunaloop");
+  }
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &loaded_key);
+
+  /* The sandbox becomes the state's global table. */
+  lua_pushvalue(L, S);
+  lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+  lua_settop(L, G - 1);
+}

@@ -1,0 +1,560 @@
+/*
+** set.c: a set of mods on one loop: loading a folder of mods in dependency
+** order, the set's repeating item (disabling, message delivery, file
+** checks), reload and unload, and the queries of lunaloop_mods.h.
+*/
+#define _XOPEN_SOURCE 700 /* realpath */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "binding.h"
+#include "mods.h"
+
+#define PENDING ((luna_mod_state)0) /* decided neither way yet (load_dir) */
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static luna__mod *find_name(const luna_mods *set, const char *name) {
+  size_t i;
+  for (i = 0; i < set->nmods; i++)
+    if (set->mods[i]->man.name != NULL && strcmp(set->mods[i]->man.name, name) == 0)
+      return set->mods[i];
+  return NULL;
+}
+
+static luna__mod *find_dir(const luna_mods *set, const char *dir) {
+  size_t i;
+  for (i = 0; i < set->nmods; i++)
+    if (strcmp(set->mods[i]->dir, dir) == 0)
+      return set->mods[i];
+  return NULL;
+}
+
+static bool append(luna_mods *set, luna__mod *m) {
+  if (set->nmods == set->capmods) {
+    size_t cap = set->capmods ? set->capmods * 2 : 8;
+    luna__mod **p = (luna__mod **)realloc(set->mods, cap * sizeof *p);
+    if (p == NULL)
+      return false;
+    set->mods = p;
+    set->capmods = cap;
+  }
+  set->mods[set->nmods++] = m;
+  return true;
+}
+
+static luna__mod *new_mod(luna_mods *set, const char *realdir) {
+  luna__mod *m = (luna__mod *)calloc(1, sizeof *m);
+  if (m == NULL)
+    return NULL;
+  m->set = set;
+  m->dir = (char *)malloc(strlen(realdir) + 1);
+  if (m->dir == NULL) {
+    free(m);
+    return NULL;
+  }
+  strcpy(m->dir, realdir);
+  return m;
+}
+
+/* True while Lua code of some mod is running (then no state may change). */
+static bool inside_mod(const luna_mods *set) {
+  size_t i;
+  if (set->busy > 0)
+    return true;
+  for (i = 0; i < set->nmods; i++) {
+    luna__mod *m = set->mods[i];
+    luna__binding *b;
+    if (m->running > 0)
+      return true;
+    if (m->L != NULL && (b = luna__get_binding(m->L)) != NULL && b->depth > 0)
+      return true;
+  }
+  return false;
+}
+
+/* Marks m as failed with a message, reports it and counts it. */
+static void fail(luna_mods *set, luna__mod *m, const char *fmt, const char *a, const char *b) {
+  m->state = LUNA_MOD_FAILED;
+  snprintf(m->last_error, sizeof m->last_error, fmt, a, b);
+  if (set->last_error[0] == '\0')
+    snprintf(set->last_error, sizeof set->last_error, "mod '%s': %s", m->man.name,
+             m->last_error);
+  luna__mods_report(set, m->man.name, "not loaded: %s", m->last_error);
+  set->errors++;
+}
+
+/* The first dependency of m that is not loaded, or NULL. */
+static const char *missing_dependency(const luna_mods *set, const luna__mod *m) {
+  size_t i;
+  for (i = 0; i < m->man.ndepends; i++) {
+    const luna__mod *d = find_name(set, m->man.depends[i]);
+    if (d == NULL || d->state != LUNA_MOD_LOADED)
+      return m->man.depends[i];
+  }
+  return NULL;
+}
+
+/* Opens m's state; on failure reports it. m's dependencies are loaded. */
+static bool open_mod(luna_mods *set, luna__mod *m) {
+  m->signature = luna__watch_signature(m->dir);
+  if (luna__mod_open(m))
+    return true;
+  set->errors++;
+  if (set->last_error[0] == '\0')
+    snprintf(set->last_error, sizeof set->last_error, "mod '%s': %s", m->man.name,
+             m->last_error);
+  luna__mods_report(set, m->man.name, "failed to load: %s", m->last_error);
+  return false;
+}
+
+/* Reads m's manifest (again); false (m failed and reported) when it is bad
+   or its name is taken by another mod. */
+static bool read_manifest(luna_mods *set, luna__mod *m) {
+  char err[400];
+  luna__mod *other;
+  luna__manifest_free(&m->man);
+  if (!luna__manifest_read(m->dir, &m->man, err, sizeof err)) {
+    fail(set, m, "%s%s", err, "");
+    return false;
+  }
+  other = find_name(set, m->man.name);
+  if (other != NULL && other != m) {
+    fail(set, m, "the name '%s' is already used by the mod in %s", m->man.name, other->dir);
+    return false;
+  }
+  return true;
+}
+
+/* Unloads (keeping on_unload's result) and loads m again. */
+static int reload(luna_mods *set, luna__mod *m) {
+  const char *dep;
+  if (m->L != NULL)
+    luna__mod_close(m, true, true);
+  if (!read_manifest(set, m))
+    return LUNA_EINVAL;
+  if ((dep = missing_dependency(set, m)) != NULL) {
+    fail(set, m, "it depends on '%s', which is not loaded", dep, "");
+    return LUNA_EINVAL;
+  }
+  return open_mod(set, m) ? 0 : LUNA_EINVAL;
+}
+
+static void process_disables(luna_mods *set) {
+  size_t i;
+  for (i = 0; i < set->nmods; i++) {
+    luna__mod *m = set->mods[i];
+    if (!m->disable_pending || m->state != LUNA_MOD_LOADED)
+      continue;
+    snprintf(m->last_error, sizeof m->last_error,
+             "disabled after %llu overruns: instruction budget exceeded %llu times "
+             "(limit %llu instructions), memory cap hit %llu times (limit %zu bytes)",
+             (unsigned long long)(m->budget_overruns + m->memory_overruns),
+             (unsigned long long)m->budget_overruns, (unsigned long long)m->budget,
+             (unsigned long long)m->memory_overruns, m->mem_limit);
+    luna__mods_report(set, m->man.name, "%s", m->last_error);
+    set->errors++;
+    luna__mod_close(m, false, false);
+    m->state = LUNA_MOD_DISABLED;
+    m->disable_pending = false;
+  }
+}
+
+static int poll_files(luna_mods *set) {
+  size_t i;
+  int n = 0;
+  for (i = 0; i < set->nmods; i++) {
+    luna__mod *m = set->mods[i];
+    uint64_t sig;
+    if (m->state == LUNA_MOD_UNLOADED)
+      continue;
+    sig = luna__watch_signature(m->dir);
+    if (sig == m->signature)
+      continue;
+    m->signature = sig;
+    luna__mods_report(set, m->man.name, "files changed: reloading");
+    reload(set, m);
+    n++;
+  }
+  return n;
+}
+
+/* The set's item: disable what overran, deliver messages, check files. */
+static bool upkeep(luna_loop *loop, void *arg) {
+  luna_mods *set = (luna_mods *)arg;
+  (void)loop;
+  process_disables(set);
+  luna__bus_deliver(set);
+  process_disables(set);
+  set->frames_seen++;
+  if (set->cfg.watch_frames > 0 && set->frames_seen % (uint64_t)set->cfg.watch_frames == 0)
+    poll_files(set);
+  return true;
+}
+
+/* ---- the API ---------------------------------------------------------------------------- */
+
+LUNA_API int luna_mods_new(luna_loop *loop, const luna_mods_config *config, luna_mods **out) {
+  luna_mods *set;
+  int rc;
+  if (loop == NULL || out == NULL)
+    return LUNA_EINVAL;
+  if (config != NULL && (config->timing < 0 || config->timing >= LUNA_TIMING_COUNT))
+    return LUNA_EINVAL;
+  set = (luna_mods *)calloc(1, sizeof *set);
+  if (set == NULL)
+    return LUNA_ENOMEM;
+  if (config != NULL)
+    set->cfg = *config;
+  if (set->cfg.memory_limit == 0)
+    set->cfg.memory_limit = (size_t)64 * 1024 * 1024;
+  if (set->cfg.instruction_limit == 0)
+    set->cfg.instruction_limit = 10000000;
+  if (set->cfg.instruction_limit > INT_MAX)
+    set->cfg.instruction_limit = INT_MAX;
+  if (set->cfg.max_overruns == 0)
+    set->cfg.max_overruns = 3;
+  if (set->cfg.watch_frames == 0)
+    set->cfg.watch_frames = 30;
+  if (set->cfg.message_limit == 0)
+    set->cfg.message_limit = (size_t)1024 * 1024;
+  if (set->cfg.timing == 0)
+    set->cfg.timing = LUNA_EARLY_UPDATE;
+  set->loop = loop;
+  rc = luna_item_add(loop, (luna_timing)set->cfg.timing, upkeep, set, &set->item);
+  if (rc != 0) {
+    free(set);
+    return rc;
+  }
+  set->has_item = true;
+  *out = set;
+  return 0;
+}
+
+LUNA_API void luna_mods_free(luna_mods *set) {
+  size_t i;
+  if (set == NULL)
+    return;
+  for (i = set->nmods; i-- > 0;)
+    luna__mod_free(set->mods[i]);
+  free(set->mods);
+  if (set->has_item)
+    luna_item_remove(set->loop, set->item);
+  luna__bus_clear(set);
+  free(set);
+}
+
+/* Orders candidates by load_order, then name. */
+static int by_order(const void *a, const void *b) {
+  const luna__mod *x = *(luna__mod *const *)a, *y = *(luna__mod *const *)b;
+  if (x->man.load_order != y->man.load_order)
+    return x->man.load_order < y->man.load_order ? -1 : 1;
+  return strcmp(x->man.name, y->man.name);
+}
+
+static luna__mod *find_among(luna__mod **list, size_t n, const char *name) {
+  size_t i;
+  for (i = 0; i < n; i++)
+    if (strcmp(list[i]->man.name, name) == 0)
+      return list[i];
+  return NULL;
+}
+
+/* Marks the members of one dependency cycle among the pending mods as
+   failed, naming the whole cycle. */
+static void break_cycle(luna_mods *set, luna__mod **pend, size_t npend) {
+  luna__mod *path[256];
+  size_t len = 0, i, start = 0;
+  luna__mod *cur = NULL;
+  char text[400];
+  for (i = 0; i < npend && cur == NULL; i++)
+    if (pend[i]->state == PENDING)
+      cur = pend[i];
+  while (cur != NULL && len < 256) {
+    luna__mod *next = NULL;
+    for (i = 0; i < len; i++)
+      if (path[i] == cur)
+        break;
+    if (i < len) {
+      start = i;
+      break;
+    }
+    path[len++] = cur;
+    for (i = 0; i < cur->man.ndepends && next == NULL; i++) {
+      luna__mod *d = find_among(pend, npend, cur->man.depends[i]);
+      if (d != NULL && d->state == PENDING)
+        next = d;
+    }
+    cur = next;
+  }
+  text[0] = '\0';
+  for (i = start; i < len; i++) {
+    strncat(text, path[i]->man.name, sizeof text - strlen(text) - 1);
+    strncat(text, " -> ", sizeof text - strlen(text) - 1);
+  }
+  strncat(text, path[start]->man.name, sizeof text - strlen(text) - 1);
+  for (i = start; i < len; i++) {
+    fail(set, path[i], "dependency cycle: %s%s", text, "");
+    append(set, path[i]);
+  }
+}
+
+LUNA_API int luna_mods_load_dir(luna_mods *set, const char *dir) {
+  DIR *d;
+  struct dirent *e;
+  luna__mod **pend = NULL;
+  size_t npend = 0, cap = 0, i;
+  bool any_failed = false;
+  if (set == NULL || dir == NULL)
+    return LUNA_EINVAL;
+  if (inside_mod(set))
+    return LUNA_ESTATE;
+  set->last_error[0] = '\0';
+  d = opendir(dir);
+  if (d == NULL) {
+    snprintf(set->last_error, sizeof set->last_error, "cannot read '%s': %s", dir,
+             strerror(errno));
+    return LUNA_EINVAL;
+  }
+  /* Candidates: subfolders with a mod.lua, not known to the set yet. */
+  while ((e = readdir(d)) != NULL) {
+    char path[PATH_MAX], real[PATH_MAX], file[PATH_MAX + 16];
+    struct stat st;
+    luna__mod *m;
+    if (e->d_name[0] == '.')
+      continue;
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path ||
+        realpath(path, real) == NULL || stat(real, &st) != 0 || !S_ISDIR(st.st_mode))
+      continue;
+    snprintf(file, sizeof file, "%s/mod.lua", real);
+    if (stat(file, &st) != 0 || find_dir(set, real) != NULL)
+      continue;
+    if (npend == cap) {
+      luna__mod **p;
+      cap = cap ? cap * 2 : 8;
+      p = (luna__mod **)realloc(pend, cap * sizeof *p);
+      if (p == NULL)
+        break;
+      pend = p;
+    }
+    m = new_mod(set, real);
+    if (m == NULL)
+      break;
+    pend[npend++] = m;
+  }
+  closedir(d);
+
+  /* Manifests; bad ones and duplicate names fail at once. */
+  for (i = 0; i < npend; i++) {
+    luna__mod *m = pend[i];
+    char err[400];
+    luna__mod *other;
+    m->state = PENDING;
+    if (!luna__manifest_read(m->dir, &m->man, err, sizeof err)) {
+      fail(set, m, "%s%s", err, "");
+    } else if ((other = find_name(set, m->man.name)) != NULL ||
+               ((other = find_among(pend, i, m->man.name)) != NULL &&
+                other->state != LUNA_MOD_FAILED)) {
+      fail(set, m, "the name '%s' is also used by the mod in %s", m->man.name, other->dir);
+    }
+  }
+  if (npend > 0)
+    qsort(pend, npend, sizeof *pend, by_order);
+  for (i = 0; i < npend; i++)
+    if (pend[i]->state == LUNA_MOD_FAILED) {
+      append(set, pend[i]);
+      any_failed = true;
+    }
+
+  /* Load in dependency order: each round loads (or fails) the first pending
+     mod, by load_order and name, whose dependencies are all decided. */
+  for (;;) {
+    bool progress = false, left = false;
+    for (i = 0; i < npend && !progress; i++) {
+      luna__mod *m = pend[i];
+      size_t k;
+      bool ready = true;
+      if (m->state != PENDING)
+        continue;
+      left = true;
+      for (k = 0; k < m->man.ndepends && !progress; k++) {
+        const char *dn = m->man.depends[k];
+        luna__mod *dm = find_name(set, dn);
+        luna__mod *dp = find_among(pend, npend, dn);
+        if (dm == NULL && (dp == NULL || dp->state == LUNA_MOD_FAILED)) {
+          if (dp != NULL)
+            fail(set, m, "it depends on '%s', which failed to load", dn, "");
+          else
+            fail(set, m, "it depends on '%s', which is not in %s", dn, dir);
+          progress = true;
+        } else if (dm == NULL || dm->state == PENDING) {
+          ready = false;
+        } else if (dm->state != LUNA_MOD_LOADED) {
+          fail(set, m, "it depends on '%s', which failed to load", dn, "");
+          progress = true;
+        }
+      }
+      if (progress) {
+        append(set, m);
+        any_failed = true;
+      } else if (ready) {
+        append(set, m);
+        if (!open_mod(set, m))
+          any_failed = true;
+        progress = true;
+      }
+    }
+    if (!left)
+      break;
+    if (!progress) {
+      break_cycle(set, pend, npend);
+      any_failed = true;
+    }
+  }
+  free(pend);
+  return any_failed ? LUNA_EINVAL : 0;
+}
+
+LUNA_API int luna_mods_load(luna_mods *set, const char *path) {
+  char real[PATH_MAX];
+  luna__mod *m;
+  const char *dep;
+  if (set == NULL || path == NULL)
+    return LUNA_EINVAL;
+  if (inside_mod(set))
+    return LUNA_ESTATE;
+  set->last_error[0] = '\0';
+  if (realpath(path, real) == NULL) {
+    snprintf(set->last_error, sizeof set->last_error, "cannot open '%s': %s", path,
+             strerror(errno));
+    return LUNA_EINVAL;
+  }
+  if ((m = find_dir(set, real)) != NULL)
+    return m->state == LUNA_MOD_LOADED ? LUNA_ESTATE : reload(set, m);
+  m = new_mod(set, real);
+  if (m == NULL || !append(set, m)) {
+    luna__mod_free(m);
+    return LUNA_ENOMEM;
+  }
+  if (!read_manifest(set, m)) {
+    /* A name clash keeps the mod out of the set's names: rename it. */
+    return LUNA_EINVAL;
+  }
+  if ((dep = missing_dependency(set, m)) != NULL) {
+    fail(set, m, "it depends on '%s', which is not loaded", dep, "");
+    return LUNA_EINVAL;
+  }
+  return open_mod(set, m) ? 0 : LUNA_EINVAL;
+}
+
+LUNA_API int luna_mods_unload(luna_mods *set, const char *name) {
+  luna__mod *m;
+  if (set == NULL || name == NULL)
+    return LUNA_EINVAL;
+  if ((m = find_name(set, name)) == NULL)
+    return LUNA_ENOENT;
+  if (inside_mod(set))
+    return LUNA_ESTATE;
+  luna__mod_close(m, true, false);
+  m->state = LUNA_MOD_UNLOADED;
+  return 0;
+}
+
+LUNA_API int luna_mods_reload(luna_mods *set, const char *name) {
+  luna__mod *m;
+  if (set == NULL || name == NULL)
+    return LUNA_EINVAL;
+  if ((m = find_name(set, name)) == NULL)
+    return LUNA_ENOENT;
+  if (inside_mod(set))
+    return LUNA_ESTATE;
+  set->last_error[0] = '\0';
+  return reload(set, m);
+}
+
+LUNA_API int luna_mods_poll(luna_mods *set) {
+  if (set == NULL)
+    return LUNA_EINVAL;
+  if (inside_mod(set))
+    return LUNA_ESTATE;
+  process_disables(set);
+  return poll_files(set);
+}
+
+LUNA_API size_t luna_mods_count(const luna_mods *set) {
+  return set != NULL ? set->nmods : 0;
+}
+
+LUNA_API int luna_mods_get_info(const luna_mods *set, size_t i, luna_mod_info *out) {
+  const luna__mod *m;
+  if (set == NULL || out == NULL || i >= set->nmods)
+    return LUNA_ENOENT;
+  m = set->mods[i];
+  memset(out, 0, sizeof *out);
+  out->name = m->man.name;
+  out->version = m->man.version != NULL ? m->man.version : "0";
+  out->dir = m->dir;
+  out->state = m->state;
+  out->memory = m->L != NULL ? m->mem_used : 0;
+  out->memory_peak = m->mem_peak;
+  out->tasks = m->L != NULL ? luna_lua_task_count(m->L) : 0;
+  out->callbacks = m->L != NULL ? luna_lua_callback_count(m->L) : 0;
+  out->errors = m->errors_before + (m->L != NULL ? luna_lua_error_count(m->L) : 0);
+  out->budget_overruns = m->budget_overruns;
+  out->memory_overruns = m->memory_overruns;
+  out->loads = m->loads;
+  out->last_error = m->last_error;
+  return 0;
+}
+
+LUNA_API int luna_mods_find(const luna_mods *set, const char *name) {
+  size_t i;
+  if (set == NULL || name == NULL)
+    return LUNA_EINVAL;
+  for (i = 0; i < set->nmods; i++)
+    if (strcmp(set->mods[i]->man.name, name) == 0)
+      return (int)i;
+  return LUNA_ENOENT;
+}
+
+LUNA_API lua_State *luna_mods_state(const luna_mods *set, const char *name) {
+  const luna__mod *m = set != NULL && name != NULL ? find_name(set, name) : NULL;
+  return m != NULL && m->state == LUNA_MOD_LOADED ? m->L : NULL;
+}
+
+LUNA_API bool luna_mods_alive(const luna_mods *set) {
+  size_t i;
+  if (set == NULL)
+    return false;
+  if (set->nqueue > 0)
+    return true;
+  for (i = 0; i < set->nmods; i++) {
+    const luna__mod *m = set->mods[i];
+    if (m->state == LUNA_MOD_LOADED && m->L != NULL &&
+        luna_lua_task_count(m->L) + luna_lua_callback_count(m->L) > 0)
+      return true;
+  }
+  return false;
+}
+
+LUNA_API uint64_t luna_mods_error_count(const luna_mods *set) {
+  uint64_t n;
+  size_t i;
+  if (set == NULL)
+    return 0;
+  n = set->errors;
+  for (i = 0; i < set->nmods; i++) {
+    const luna__mod *m = set->mods[i];
+    n += m->errors_before + (m->L != NULL ? luna_lua_error_count(m->L) : 0);
+  }
+  return n;
+}
+
+LUNA_API const char *luna_mods_last_error(const luna_mods *set) {
+  return set != NULL ? set->last_error : "";
+}
