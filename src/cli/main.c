@@ -16,8 +16,6 @@
    can still see the words before it (`run` puts them in arg[-n..-1]). */
 typedef int (*command_fn)(int argc, char **argv, int first);
 
-static int not_yet(int argc, char **argv, int first);
-
 static const struct command {
   const char *name;
   command_fn fn;
@@ -67,12 +65,6 @@ int luna__cli_usage_error(const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputs("\ntry '" LUNA_PROGNAME " --help' for more information\n", stderr);
-  return LUNA_EXIT_USAGE;
-}
-
-static int not_yet(int argc, char **argv, int first) {
-  (void)argc;
-  fprintf(stderr, LUNA_PROGNAME ": '%s' is not available yet\n", argv[first]);
   return LUNA_EXIT_USAGE;
 }
 
