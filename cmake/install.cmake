@@ -1,0 +1,84 @@
+# install.cmake: the installable lunaloop (included by CMakeLists.txt).
+#
+# `cmake --install BUILD [--prefix P]` installs:
+#   lib/liblunaloop.a, lib/liblunaloop.so*  the core, the Lua binding and the
+#                                           mods layer in one library (it
+#                                           links liblua5.4)
+#   include/lunaloop.h, lunaloop_lua.h, lunaloop/*.h
+#   lib/lua/5.4/lunaloop.so                 the module for `require "lunaloop"`
+#                                           (where a stock lua5.4 looks when
+#                                           P is /usr/local; LUNA_INSTALL_LUA_CMOD)
+#   bin/lunaloop                            the program
+#   lib/cmake/lunaloop/                     find_package(lunaloop): the targets
+#                                           lunaloop::lunaloop (shared) and
+#                                           lunaloop::lunaloop_static
+#   lib/pkgconfig/lunaloop.pc               pkg-config lunaloop (relocatable)
+# tests/embed/install_test.sh installs into a temporary prefix and builds a
+# consumer against it both ways.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(LUNA_INSTALL_LUA_CMOD "lib/lua/5.4" CACHE STRING
+    "Directory of the Lua module lunaloop.so, relative to the install prefix (lua5.4's default package.cpath has PREFIX/lib/lua/5.4/?.so for PREFIX /usr/local)")
+set(LUNA_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/lunaloop" CACHE STRING
+    "Directory of the CMake package files, relative to the install prefix")
+
+# Lua 5.4 for the exported targets, under a name that the installed
+# lunaloopConfig.cmake can create again in the consumer's project.
+pkg_check_modules(LUNALOOP_LUA54 REQUIRED QUIET IMPORTED_TARGET lua5.4)
+
+# The installed libraries are compiled from the same sources as the
+# in-tree archives (which the tests, the module and the program use): the
+# core, the Lua binding and, when present, the mods layer, so that every
+# installed header has its implementation in the library.
+foreach(kind static shared)
+  string(TOUPPER ${kind} KIND)
+  add_library(lunaloop_${kind} ${KIND}
+              ${LUNA_CORE_SOURCES} ${LUNA_LUA_SOURCES} ${CMAKE_BINARY_DIR}/compose_lua.c
+              ${LUNA_MODS_SOURCES})
+  target_include_directories(lunaloop_${kind}
+    PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+           $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+    PRIVATE ${PROJECT_SOURCE_DIR}/src/core ${PROJECT_SOURCE_DIR}/src/lua
+            ${PROJECT_SOURCE_DIR}/src/mods)
+  target_link_libraries(lunaloop_${kind} PUBLIC PkgConfig::LUNALOOP_LUA54 Threads::Threads m)
+  set_target_properties(lunaloop_${kind} PROPERTIES
+    OUTPUT_NAME lunaloop
+    EXPORT_NAME lunaloop_${kind}
+    ARCHIVE_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
+endforeach()
+set_target_properties(lunaloop_shared PROPERTIES
+  EXPORT_NAME lunaloop
+  VERSION ${PROJECT_VERSION}
+  SOVERSION ${PROJECT_VERSION_MAJOR})
+
+install(TARGETS lunaloop_static lunaloop_shared EXPORT lunaloopTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.h")
+install(TARGETS lunaloop_module LIBRARY DESTINATION ${LUNA_INSTALL_LUA_CMOD})
+if(TARGET lunaloop)
+  install(TARGETS lunaloop RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
+
+# The CMake package.
+install(EXPORT lunaloopTargets NAMESPACE lunaloop:: DESTINATION ${LUNA_INSTALL_CMAKEDIR})
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/lunaloopConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/lunaloopConfig.cmake
+  INSTALL_DESTINATION ${LUNA_INSTALL_CMAKEDIR}
+  PATH_VARS LUNA_INSTALL_LUA_CMOD)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/lunaloopConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/lunaloopConfig.cmake ${CMAKE_BINARY_DIR}/lunaloopConfigVersion.cmake
+  DESTINATION ${LUNA_INSTALL_CMAKEDIR})
+
+# The pkg-config file finds its prefix from its own place (${pcfiledir}),
+# so the installed tree can be moved, and --prefix at install time works.
+file(RELATIVE_PATH LUNA_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" LUNA_PC_TO_PREFIX "${LUNA_PC_TO_PREFIX}")
+configure_file(${CMAKE_CURRENT_LIST_DIR}/lunaloop.pc.in ${CMAKE_BINARY_DIR}/lunaloop.pc @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/lunaloop.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
