@@ -422,9 +422,11 @@ static void finish_chunk(void) {
     if (n > 0)
       lua_call(L, n, 0);
   } else if (strcmp(status, "cancelled") == 0) {
-    /* After Ctrl-C the terminal (not in editing mode while a chunk runs)
-       echoed ^C: the message goes on a line of its own. */
-    out_printf(stdout, "%scancelled\n", R.tty ? "\n" : "");
+    /* A chunk that never awaited was interrupted (so cancelled) by a
+       Ctrl-C whose ^C the terminal echoed: that Ctrl-C is spent. */
+    bool echoed = got_sigint && R.tty;
+    got_sigint = 0;
+    out_printf(stdout, "%scancelled\n", echoed ? "\n" : "");
   }
   lua_settop(L, top);
   luaL_unref(L, LUA_REGISTRYINDEX, R.fg_ref);
@@ -863,6 +865,10 @@ static void handle_sigint(void) {
   got_sigint = 0;
   if (R.fg_ref != LUA_NOREF) {
     lua_State *L = R.L;
+    /* The terminal (not in editing mode while a chunk runs) echoed ^C:
+       what the cancellation prints goes on the lines below. */
+    if (R.tty)
+      out_write(stdout, "\n", 1);
     lua_rawgeti(L, LUA_REGISTRYINDEX, R.fg_ref);
     lua_getfield(L, -1, "cancel");
     lua_insert(L, -2);

@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""repl_test.py: `lunaloop repl` used as a person would, through a
+pseudo-terminal: type, wait, read the screen (term.py keeps a model of it).
+
+Usage: repl_test.py LUNALOOP CASE. Each case_NAME function is the ctest test
+repl.NAME (label "repl"). Exit 0 on success, 1 on failure.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from term import Session  # noqa: E402
+
+LUNALOOP = None
+
+
+def start(*args, env=None):
+    e = {"LUNALOOP_HISTORY": ""}
+    e.update(env or {})
+    s = Session([LUNALOOP, "repl"] + list(args), env=e)
+    wait_prompt(s)
+    return s
+
+
+def last_line(text):
+    lines = text.splitlines()
+    return lines[-1] if lines else ""
+
+
+def wait_prompt(s, prompt=">", timeout=10):
+    """Waits for an empty prompt on the last line of the screen."""
+    return s.wait_for(lambda t: last_line(t) == prompt, timeout, "the prompt %r" % prompt)
+
+
+def enter(s, line):
+    s.type(line + "\r")
+
+
+def check(cond, what, s=None):
+    if not cond:
+        raise AssertionError(what + ("\nscreen:\n" + s.screen.text() if s else ""))
+
+
+def case_expressions_and_continuation():
+    """Expressions print as in `lua`; an unfinished chunk continues."""
+    s = start()
+    try:
+        enter(s, "1 + 1")
+        s.wait_for(lambda t: "> 1 + 1\n2\n>" in t)
+        enter(s, "'a', nil, 3")
+        s.wait_for(re.compile(r"a\s+nil\s+3").search)
+        enter(s, "function f(x)")
+        wait_prompt(s, ">>")
+        enter(s, "  return x * 2 end")
+        wait_prompt(s)
+        enter(s, "f(21)")
+        s.wait_for("\n42\n")
+        enter(s, "error('boom')")
+        s.wait_for("stdin:1: boom")
+        wait_prompt(s)
+        enter(s, "x = = 1")
+        s.wait_for("unexpected symbol")
+        wait_prompt(s)
+    finally:
+        s.close()
+
+
+def case_top_level_await():
+    """A chunk that awaits holds the prompt while the loop ticks, then
+    prints and gives the prompt back."""
+    s = start("--hz", "60")
+    try:
+        enter(s, "f0 = task.frame()")
+        wait_prompt(s)
+        t0 = time.time()
+        enter(s, "task.delay(0.5) print('waited', task.frame() - f0)")
+        s.pump(0.2)
+        check(last_line(s.screen.text()) != ">", "the prompt came back before the chunk ended", s)
+        text = s.wait_for(re.compile(r"\nwaited\s+\d+").search)
+        elapsed = time.time() - t0
+        frames = int(re.search(r"waited\s+(\d+)", text).group(1))
+        check(frames >= 25, "the loop ticked while waiting (%d frames)" % frames, s)
+        check(elapsed >= 0.45, "the delay took real time (%.2fs)" % elapsed, s)
+        wait_prompt(s)
+        enter(s, "task.delay_frame(3) return 'three frames later'")
+        s.wait_for("three frames later")
+        wait_prompt(s)
+    finally:
+        s.close()
+
+
+def case_background_output_keeps_the_typed_line():
+    """A background task prints while a line is being typed: its output
+    appears above, and the typed line is intact below."""
+    s = start()
+    try:
+        enter(s, "task.spawn(function() for i = 1, 3 do task.delay(0.3) print('bg', i) end end) &")
+        s.wait_for(re.compile(r"^\[\d+\] ", re.M).search)
+        wait_prompt(s)
+        s.type("local typed = 'half a line")
+        text = s.wait_for(re.compile(r"bg\s+3").search, what="bg 3")
+        s.pump(0.2)
+        text = s.screen.text()
+        check(s.screen.cursor_line() == "> local typed = 'half a line",
+              "the typed line is intact after the prints", s)
+        check(last_line(text) == "> local typed = 'half a line", "it is the last line", s)
+        for line in text.splitlines():
+            if "bg" in line and "half" in line:
+                raise AssertionError("output mixed into the typed line: %r" % line)
+        bg = [l for l in text.splitlines() if re.match(r"bg\s+\d$", l)]
+        check(len(bg) == 3, "three lines of background output, each alone", s)
+        s.type("' print(typed)\r")
+        s.wait_for("\nhalf a line\n")
+        wait_prompt(s)
+        enter(s, ":bg task.delay(0.1) print('from :bg')")
+        s.wait_for("from :bg")
+    finally:
+        s.close()
+
+
+def case_tasks_lists_waits_and_timings():
+    s = start()
+    try:
+        enter(s, "sleeper = task.spawn(function() task.delay(100, 'LastUpdate') end) sleeper.name = 'sleeper'")
+        wait_prompt(s)
+        enter(s, "watcher = task.spawn(function() task.wait_until(function() return false end, 'PreUpdate') end)")
+        wait_prompt(s)
+        enter(s, "framer = task.spawn(function() task.delay_frame(600, 'FixedUpdate') end)")
+        wait_prompt(s)
+        enter(s, ":tasks")
+        text = s.wait_for("sleeper ")
+        wait_prompt(s)
+        rows = {l.split()[1]: l for l in text.splitlines() if re.match(r"^\s+\d+\s", l)}
+        check("id" in text and "status" in text and "timing" in text and "age" in text, "a header", s)
+        sl = rows.get("sleeper", "")
+        check(re.search(r"suspended\s+timer\s+LastUpdate\s+in 9\d\.\d+s scaled\s+\d+$", sl) is not None,
+              "sleeper: waits on a timer at LastUpdate, due in ~100 s", s)
+        w = [l for n, l in rows.items() if "predicate" in l]
+        check(len(w) == 1 and "PreUpdate" in w[0], "the watcher waits on a predicate at PreUpdate", s)
+        f = [l for n, l in rows.items() if "frame " in l]
+        check(len(f) == 1 and "FixedUpdate" in f[0], "the frame wait shows its frame and timing", s)
+        enter(s, "sleeper.id")
+        sid = s.wait_for(re.compile(r"sleeper\.id\n(\d+)\n").search)
+        sid = re.search(r"sleeper\.id\n(\d+)", sid).group(1)
+        enter(s, ":cancel " + sid)
+        s.wait_for("cancelled " + sid)
+        enter(s, "sleeper:status()")
+        s.wait_for("\ncancelled\n")
+    finally:
+        s.close()
+
+
+def case_step_while_paused():
+    """:pause stops the frames; :step N runs exactly N."""
+    s = start()
+    try:
+        enter(s, ":pause")
+        s.wait_for(re.compile(r"paused at frame \d+").search)
+        wait_prompt(s)
+        enter(s, "f0 = task.frame()")
+        wait_prompt(s)
+        s.pump(0.3)
+        enter(s, "task.frame() - f0")
+        s.wait_for("\n0\n")
+        enter(s, ":step 5")
+        s.wait_for(re.compile(r"paused at frame \d+\n>").search)
+        enter(s, "task.frame() - f0")
+        s.wait_for("\n5\n")
+        wait_prompt(s)
+        s.pump(0.3)
+        enter(s, ":step")
+        wait_prompt(s)
+        enter(s, "'after step', task.frame() - f0")
+        s.wait_for(re.compile(r"after step\s+6").search)
+        enter(s, "task.delay_frame(1) print('resumed')")
+        s.wait_for("waits while paused")
+        wait_prompt(s)
+        enter(s, ":resume")
+        s.wait_for("resumed\n")
+        enter(s, ":timescale 0.5")
+        s.wait_for("time scale 0.5")
+        enter(s, "task.time_scale()")
+        s.wait_for("\n0.5\n")
+        enter(s, ":hz 30")
+        s.wait_for("30 frames per second")
+    finally:
+        s.close()
+
+
+def case_ctrl_c_cancels_the_running_chunk():
+    s = start()
+    try:
+        enter(s, "local c <close> = setmetatable({}, {__close = function() print('closed') end}) task.delay(100)")
+        s.pump(0.3)
+        check(last_line(s.screen.text()) != ">", "the chunk holds the prompt", s)
+        s.type("\x03")
+        s.wait_for("cancelled")
+        s.wait_for("closed")
+        wait_prompt(s)
+        enter(s, "6 * 7")
+        s.wait_for("\n42\n")
+        check(re.search(r"\^C\nclosed\ncancelled\n>", s.screen.text()) is not None,
+              "its <close> ran, then the REPL said so", s)
+        # A chunk that never awaits is interrupted (and so cancelled) too.
+        enter(s, "while true do end")
+        s.pump(0.5)
+        s.type("\x03")
+        s.wait_for("while true do end\n^C\ncancelled\n>")
+        wait_prompt(s)
+        enter(s, "'alive'")
+        s.wait_for("\nalive\n")
+    finally:
+        s.close()
+
+
+def case_ctrl_c_clears_the_line():
+    s = start()
+    try:
+        s.type("half typed")
+        s.pump(0.1)
+        s.type("\x03")
+        s.wait_for(lambda t: t.endswith("half typed^C\n>"))
+        enter(s, "function g()")
+        wait_prompt(s, ">>")
+        s.type("\x03")
+        wait_prompt(s)
+        enter(s, "3 * 3")
+        s.wait_for("\n9\n")
+    finally:
+        s.close()
+
+
+def case_ctrl_d_exits_after_cancelling_every_task():
+    s = start()
+    try:
+        enter(s, "task.spawn(function() local c <close> = setmetatable({}, {__close = "
+                 "function(_, e) print('to-be-closed ran', task.is_cancelled(e)) end}) task.delay(100) end) &")
+        wait_prompt(s)
+        s.type("\x04")
+        status = s.wait_exit()
+        check(status == 0, "exit status 0, got %r" % status, s)
+        check(re.search(r"to-be-closed ran\s+true", s.screen.text()) is not None,
+              "the background task was cancelled and its <close> ran", s)
+    finally:
+        s.close()
+
+
+def case_history_is_kept_in_a_file():
+    d = tempfile.mkdtemp()
+    hist = os.path.join(d, "history")
+    s = start(env={"LUNALOOP_HISTORY": hist})
+    try:
+        enter(s, "remembered = 1")
+        wait_prompt(s)
+        s.type("\x04")
+        s.wait_exit()
+    finally:
+        s.close()
+    check(os.path.exists(hist) and "remembered = 1" in open(hist, errors="replace").read().replace("\\040", " "),
+          "the line is in the history file")
+    s = start(env={"LUNALOOP_HISTORY": hist})
+    try:
+        s.type("\x1b[A")  # up arrow: the previous session's line
+        s.wait_for(lambda t: last_line(t) == "> remembered = 1")
+    finally:
+        s.close()
+
+
+def case_trace_on_and_off():
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "repl.json")
+    s = start()
+    try:
+        enter(s, ":trace on " + path)
+        s.wait_for("tracing to")
+        enter(s, "t = task.spawn(function() for i = 1, 3 do task.yield('LastUpdate') end end) t.name = 'traced'")
+        wait_prompt(s)
+        enter(s, "task.delay_frame(5)")
+        wait_prompt(s)
+        enter(s, ":trace off")
+        s.wait_for("trace written")
+    finally:
+        s.close()
+    events = json.load(open(path))
+    names = [e["name"] for e in events if e["ph"] == "X"]
+    check(names.count("traced") == 3, "the three resumes at LastUpdate after naming: %r" % names)
+    check(sum(1 for e in events if e["ph"] == "i" and e["name"] == "frame") >= 5, "frame markers")
+
+
+def case_piped_input_runs_line_by_line():
+    """Without a terminal: no prompt, no libedit; each chunk still finishes
+    before the next line runs, and the end of input exits 0."""
+    script = "print('first')\ntask.delay(0.2)\nprint('after', task.frame() > 0)\n:tasks\n1+2\n"
+    p = subprocess.run([LUNALOOP, "repl", "--fast"], input=script, capture_output=True,
+                       text=True, timeout=30)
+    check(p.returncode == 0, "exit 0: %r %r" % (p.returncode, p.stderr))
+    check(p.stdout == "first\nafter\ttrue\nno tasks\n3\n", "output: %r" % p.stdout)
+
+
+def main():
+    global LUNALOOP
+    if len(sys.argv) != 3:
+        print("usage: repl_test.py LUNALOOP CASE", file=sys.stderr)
+        return 2
+    LUNALOOP = os.path.abspath(sys.argv[1])
+    fn = globals().get("case_" + sys.argv[2])
+    if fn is None:
+        print("no case " + sys.argv[2], file=sys.stderr)
+        return 2
+    try:
+        fn()
+    except AssertionError as e:
+        print("FAILED: %s" % e, file=sys.stderr)
+        return 1
+    print("ok " + sys.argv[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
