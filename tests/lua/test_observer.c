@@ -1,0 +1,125 @@
+/*
+** test_observer.c: luna_lua_set_observer and luna_lua_resume_counts, the
+** public hooks that `--trace` and other tracers use: every resume is seen
+** with its task's id, name and timing, nested resumes pair up, removing the
+** observer stops the calls, and the counts match task.stats().
+*/
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "lunaloop.h"
+#include "lunaloop_lua.h"
+
+/* What the observer saw, as text: "+name@timing" for a begin, "-name" for
+   an end, "*id" for a creation; names are "#id" when unnamed. */
+static char seen[4096];
+
+static void note(const char *fmt, const luna_lua_task_event *ev, char sign) {
+  char name[64], item[96];
+  if (ev->name != NULL)
+    snprintf(name, sizeof name, "%s", ev->name);
+  else
+    snprintf(name, sizeof name, "#%llu", (unsigned long long)ev->id);
+  snprintf(item, sizeof item, fmt, sign, name, ev->timing);
+  strncat(seen, item, sizeof seen - strlen(seen) - 1);
+}
+
+static void on_created(void *ud, const luna_lua_task_event *ev) {
+  (void)ud;
+  char item[32];
+  snprintf(item, sizeof item, "*%llu ", (unsigned long long)ev->id);
+  strncat(seen, item, sizeof seen - strlen(seen) - 1);
+}
+static void on_begin(void *ud, const luna_lua_task_event *ev) {
+  (*(int *)ud)++;
+  note("%c%s@%d ", ev, '+');
+}
+static void on_end(void *ud, const luna_lua_task_event *ev) {
+  (void)ud;
+  note("%c%s ", ev, '-');
+}
+
+static lua_State *new_state(luna_loop *loop) {
+  lua_State *L = luaL_newstate();
+  luaL_openlibs(L);
+  assert_int_equal(luna_lua_attach(L, loop), 0);
+  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
+  lua_setglobal(L, "task");
+  return L;
+}
+
+static void run(lua_State *L, const char *code) {
+  if (luaL_dostring(L, code) != LUA_OK)
+    fail_msg("lua: %s", lua_tostring(L, -1));
+}
+
+static void observer_sees_every_resume_with_its_name_and_timing(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  int begins = 0;
+  luna_lua_observer obs = {on_created, on_begin, on_end, &begins};
+  (void)state;
+  seen[0] = '\0';
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_state(loop);
+  assert_int_equal(luna_lua_set_observer(L, &obs), 0);
+  /* a spawns b inside its first resume: b's resume nests in a's */
+  run(L, "a = task.defer(function()\n"
+         "  local b = task.spawn(function() task.yield('LastUpdate') end)\n"
+         "  task.yield('PreLateUpdate')\n"
+         "end)\n"
+         "a.name = 'a'\n");
+  assert_int_equal(luna_loop_frame(loop, 0.01), 0);
+  assert_string_equal(seen, "*1 +a@8 *2 +#2@8 -#2 -a +#2@9 -#2 +a@10 -a ");
+  assert_int_equal(begins, 4);
+
+  uint64_t counts[LUNA_TIMING_COUNT + 1];
+  assert_int_equal(luna_lua_resume_counts(L, counts), 1);
+  assert_int_equal(counts[LUNA_UPDATE], 2);
+  assert_int_equal(counts[LUNA_LAST_UPDATE], 1);
+  assert_int_equal(counts[LUNA_PRE_LATE_UPDATE], 1);
+  assert_int_equal(counts[LUNA_TIMING_COUNT], 0);
+
+  /* a host spawn resumes outside any run: timing -1 */
+  seen[0] = '\0';
+  run(L, "f = function() end");
+  lua_getglobal(L, "f");
+  assert_int_equal(luna_lua_spawn(L, 0, "host"), 0);
+  lua_pop(L, 1);
+  assert_string_equal(seen, "*3 +host@-1 -host ");
+
+  /* removed: no more calls */
+  assert_int_equal(luna_lua_set_observer(L, NULL), 0);
+  seen[0] = '\0';
+  run(L, "task.spawn(function() end)");
+  assert_string_equal(seen, "");
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
+static void set_observer_needs_a_binding(void **state) {
+  lua_State *L = luaL_newstate();
+  luna_lua_observer obs = {0};
+  uint64_t counts[LUNA_TIMING_COUNT + 1];
+  (void)state;
+  assert_int_equal(luna_lua_set_observer(L, &obs), LUNA_EINVAL);
+  assert_int_equal(luna_lua_resume_counts(L, counts), 0);
+  assert_int_equal(counts[LUNA_UPDATE], 0);
+  lua_close(L);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(observer_sees_every_resume_with_its_name_and_timing),
+      cmocka_unit_test(set_observer_needs_a_binding),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
