@@ -161,9 +161,14 @@ static int report_error(lua_State *L) {
   if (lua_type(L, 1) == LUA_TSTRING && strcmp(lua_tostring(L, 1), "not enough memory") == 0)
     luna__mod_overrun(m, true);
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &mod_handler_key) == LUA_TFUNCTION) {
-    lua_insert(L, 1);
-    lua_call(L, 3, 0);
-    return 0;
+    lua_pushvalue(L, 1);
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, 3);
+    if (lua_pcall(L, 3, 0, 0) == LUA_OK)
+      return 0;
+    luna__mods_report(m->set, m->man.name, "its task.on_error handler failed: %s",
+                      luaL_tolstring(L, -1, NULL));
+    lua_settop(L, 3);
   }
   msg = luaL_tolstring(L, 1, NULL);
   if (tb != NULL)

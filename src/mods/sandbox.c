@@ -139,9 +139,9 @@ static int l_dofile(lua_State *L) {
    meaning folders. Names are letters, digits, '_' and '-' between dots. */
 static int l_require(lua_State *L) {
   luna__mod *m = luna__mod_of(L);
-  const char *name = luaL_checkstring(L, 1);
+  size_t i, n;
+  const char *name = luaL_checklstring(L, 1, &n);
   char rel[PATH_MAX];
-  size_t i, n = strlen(name);
   lua_settop(L, 1);
   lua_rawgetp(L, LUA_REGISTRYINDEX, &loaded_key);
   lua_getfield(L, 2, name);
@@ -151,7 +151,8 @@ static int l_require(lua_State *L) {
     return 1;
   }
   lua_pop(L, 1);
-  if (n == 0 || n >= sizeof rel - 16 || name[0] == '.' || name[n - 1] == '.')
+  if (n == 0 || n >= sizeof rel - 16 || name[0] == '.' || name[n - 1] == '.' ||
+      strlen(name) != n)
     return luaL_error(L, "require: bad module name '%s'", name);
   for (i = 0; i < n; i++) {
     char c = name[i];

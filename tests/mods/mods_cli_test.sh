@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# tests/mods/mods_cli_test.sh LUNALOOP ROOT CASE: `lunaloop mods` (issue #6,
+# docs/modding.md). Each `case_NAME` function is the ctest test
+# mods.cli.NAME (registered by CMakeLists.txt).
+set -euo pipefail
+
+LUNALOOP=$1
+ROOT=$2
+CASE=$3
+OUT=$(mktemp)
+ERR=$(mktemp)
+TMP=$(mktemp -d)
+trap 'rm -rf "$OUT" "$ERR" "$TMP"' EXIT
+
+ll() {
+  status=0
+  "$LUNALOOP" "$@" >"$OUT" 2>"$ERR" </dev/null || status=$?
+}
+
+fail() {
+  echo "FAIL mods.cli.$CASE: $*"
+  echo "--- stdout"; cat "$OUT"
+  echo "--- stderr"; cat "$ERR"
+  exit 1
+}
+
+expect_status() { [ "$status" -eq "$1" ] || fail "exit status $status, expected $1"; }
+expect_out() { grep -qE -- "$1" "$OUT" || fail "stdout has no line matching /$1/"; }
+expect_err() { grep -qE -- "$1" "$ERR" || fail "stderr has no line matching /$1/"; }
+expect_no_err() { ! grep -qE -- "$1" "$ERR" || fail "stderr has a line matching /$1/"; }
+
+# examples/mods: the game and the mod that depends on it run to their end;
+# the endless loop and the memory hog are stopped, reported and disabled;
+# the run ends by itself, exit 1 since errors were reported.
+case_examples() {
+  ll mods --fast --memory 16m --budget 2000000 "$ROOT/examples/mods"
+  expect_status 1
+  expect_out '^\[core\] core 1\.0\.0 starts at frame 0$'
+  expect_out '^\[hud\] hud ready; core loaded: true$'
+  expect_out '^\[hud\] wave 3: 4 enemies$'
+  expect_out '^\[core\] game over, final score 200$'
+  expect_out '^\[hud\] core says core\.over: score 200 \(hud showed 200\)$'
+  expect_err "^lunaloop: mod 'spinner': task failed: spinner/mod\.lua:[0-9]+: instruction budget exceeded \(2000000 instructions\)$"
+  expect_err "^lunaloop: mod 'spinner': disabled after 3 overruns"
+  expect_err "^lunaloop: mod 'hog': task failed: not enough memory$"
+  expect_err "^lunaloop: mod 'hog': disabled after 3 overruns"
+  expect_err '^  core 1\.0\.0: loaded, 0 errors'
+  expect_err '^  hud 0\.3\.0: loaded, 0 errors'
+  expect_err '^  spinner 0\.1\.0: disabled'
+  expect_err '^  hog 0\.1\.0: disabled'
+}
+
+# The same run twice with --fast and --seed prints the same.
+case_repeatable() {
+  mkdir -p "$TMP/r"
+  printf 'for i = 1, 3 do print(math.random(1000)); task.yield() end\n' >"$TMP/r/mod.lua"
+  ll mods --fast --seed 7 "$TMP"
+  expect_status 0
+  cp "$OUT" "$TMP/first"
+  ll mods --fast --seed 7 "$TMP"
+  diff -u "$TMP/first" "$OUT" || fail "two runs differ"
+  [ "$(wc -l <"$OUT")" -eq 3 ] || fail "expected 3 lines"
+}
+
+# --frames stops a mod that would run for ever; exit 0 without errors.
+case_frames() {
+  mkdir -p "$TMP/f"
+  printf 'n = 0\ntask.on(function() n = n + 1 end)\nmods.on_unload(function() print("never") end)\n' >"$TMP/f/mod.lua"
+  ll mods --fast --frames 5 "$TMP"
+  expect_status 0
+  expect_err '^  f 0: loaded, 0 errors'
+}
+
+case_usage_errors() {
+  ll mods
+  expect_status 2
+  expect_err 'missing DIR'
+  ll mods --budget 0 "$ROOT/examples/mods"
+  expect_status 2
+  expect_err "bad value '0' for --budget"
+  ll mods --memory lots "$ROOT/examples/mods"
+  expect_status 2
+  ll mods "$TMP/does-not-exist"
+  expect_status 2
+  expect_err "cannot read"
+  ll mods "$TMP"
+  expect_status 2
+  expect_err "no mods in"
+  ll mods --help
+  expect_status 0
+  expect_out -- '--max-overruns'
+  ll --help
+  expect_out 'mods \[options\] DIR'
+}
+
+# A dependency cycle is reported naming the mods; the rest runs.
+case_cycle() {
+  mkdir -p "$TMP/a" "$TMP/b" "$TMP/c"
+  printf 'return {name = "a", depends = {"b"}}\n' >"$TMP/a/manifest.lua"
+  printf 'return {name = "b", depends = {"a"}}\n' >"$TMP/b/manifest.lua"
+  printf 'print("a")\n' >"$TMP/a/mod.lua"
+  printf 'print("b")\n' >"$TMP/b/mod.lua"
+  printf 'print("c runs")\n' >"$TMP/c/mod.lua"
+  ll mods --fast "$TMP"
+  expect_status 1
+  expect_out '^\[c\] c runs$'
+  expect_err "^lunaloop: mod 'a': not loaded: dependency cycle: a -> b -> a$"
+}
+
+"case_$CASE"

@@ -1,0 +1,312 @@
+/*
+** test_sandbox.c: every rule of the mod sandbox (src/mods/sandbox.c,
+** docs/modding.md "The sandbox"), each escape tried from a mod's code. A
+** case is a mod.lua that checks with assert and prints "ok" at the end; the
+** test wants that "ok" and no report.
+*/
+#include "mods_util.h"
+
+/* Runs `code` as mod "s" (extra files from `files`: name, text, ...) for
+   two frames; fails unless it printed "ok" and nothing was reported. */
+static void expect_ok(const char *code, const char *const *files) {
+  fixture *f = fx_new(NULL);
+  fx_write(f, "s/mod.lua", code);
+  for (; files != NULL && files[0] != NULL; files += 2)
+    fx_write(f, files[0], files[1]);
+  luna_mods_load_dir(f->set, f->dir);
+  fx_frames(f, 2);
+  if (f->replen > 0)
+    fail_msg("reported:\n%s", f->rep);
+  assert_has(f->out, "[s] ok\n");
+  fx_free(f);
+}
+
+static void no_io(void **state) {
+  (void)state;
+  expect_ok("assert(io == nil)\n"
+            "assert(require == nil or not pcall(require, 'io'))\n"
+            "print('ok')", NULL);
+}
+
+static void os_has_only_time_clock_date_difftime(void **state) {
+  (void)state;
+  expect_ok("for _, k in ipairs{'execute', 'exit', 'getenv', 'remove', 'rename', 'tmpname',\n"
+            "                   'setlocale'} do assert(os[k] == nil, k) end\n"
+            "local n = 0; for k in pairs(os) do n = n + 1 end\n"
+            "assert(n == 4 and os.time() and os.clock() and os.date('%Y') and os.difftime(2, 1) == 1)\n"
+            "print('ok')", NULL);
+}
+
+static void no_debug(void **state) {
+  (void)state;
+  expect_ok("assert(debug == nil)\n"
+            "assert(not pcall(require, 'debug'))\n"
+            "print('ok')", NULL);
+}
+
+static void no_package_or_loadlib(void **state) {
+  (void)state;
+  expect_ok("assert(package == nil)\n"
+            "assert(not pcall(require, 'package'))\n"
+            "local ok, err = pcall(require, 'socket.core')\n"
+            "assert(not ok and err:find('cannot open'), err)\n"
+            "print('ok')", NULL);
+}
+
+/* The whole global table is the whitelist (docs/modding.md lists it). */
+static void globals_are_the_whitelist(void **state) {
+  (void)state;
+  expect_ok("local want = {}\n"
+            "for k in ('assert error ipairs next pairs pcall xpcall rawequal rawget rawset rawlen '..\n"
+            "  'select tonumber tostring type _VERSION _G print load loadfile dofile require '..\n"
+            "  'setmetatable getmetatable collectgarbage string table math utf8 os coroutine '..\n"
+            "  'task mods'):gmatch('%S+') do want[k] = true end\n"
+            "for k in pairs(_G) do assert(want[k], 'unexpected global ' .. k) end\n"
+            "for k in pairs(want) do assert(_G[k] ~= nil, 'missing global ' .. k) end\n"
+            "print('ok')", NULL);
+}
+
+/* No binary chunks: load with mode "b", a bytecode string, loadfile of a
+   binary file. */
+static void load_refuses_binary_chunks(void **state) {
+  static const char *const files[] = {"s/bin.luac", "\x1bLua\x54\x00garbage", NULL};
+  (void)state;
+  expect_ok("local bytecode = '\\27Lua\\84\\0\\25\\147\\13\\10\\26\\10'\n"
+            "local f, err = load(bytecode, 'x', 'b')\n"
+            "assert(f == nil and err:find('binary chunk'), err)\n"
+            "f, err = load(bytecode)\n"
+            "assert(f == nil and err:find('binary chunk'), err)\n"
+            "local parts = {bytecode}\n"
+            "f, err = load(function() return table.remove(parts, 1) end, 'r', 'bt')\n"
+            "assert(f == nil and err:find('binary chunk'), err)\n"
+            "local ok, e = pcall(loadfile, 'bin.luac', 'b')\n"
+            "assert(not ok and e:find('binary chunk'), e)\n"
+            "assert(not pcall(dofile, 'bin.luac'))\n"
+            "assert(load('return 1 + 1', 'x', 'b')() == 2)\n" /* text still loads */
+            "print('ok')", files);
+}
+
+/* string.dump is gone, also through the string metatable; the string
+   methods that remain work. */
+static void string_dump_is_gone_and_strings_work(void **state) {
+  (void)state;
+  expect_ok("assert(string.dump == nil and (''). dump == nil)\n"
+            "assert(getmetatable('').__index == string)\n"
+            "assert(getmetatable('').__index.dump == nil)\n"
+            "assert(('ab'):rep(3) == 'ababab' and ('x'):upper() == 'X')\n"
+            "assert(('%d'):format(7) == '7' and ('a,b'):find(',') == 2)\n"
+            "print('ok')", NULL);
+}
+
+/* Changing the string metatable only changes this mod's own state. */
+static void string_metatable_tricks_stay_inside_the_mod(void **state) {
+  fixture *f = fx_new(NULL);
+  (void)state;
+  fx_write(f, "a/manifest.lua", "return {name = 'a', load_order = 1}");
+  fx_write(f, "a/mod.lua",
+           "getmetatable('').__index = function(s, k) return function() return 'pwned' end end\n"
+           "getmetatable('').__gc = function() while true do end end\n"
+           "assert(('x'):upper() == 'pwned')\n"
+           "print('ok')");
+  fx_write(f, "b/manifest.lua", "return {name = 'b', load_order = 2}");
+  fx_write(f, "b/mod.lua", "assert(('x'):upper() == 'X'); print('ok')");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  fx_frames(f, 1);
+  assert_string_equal(f->out, "[a] ok\n[b] ok\n");
+  assert_int_equal(f->replen, 0);
+  fx_free(f);
+}
+
+/* load, loadfile and dofile give chunks the sandbox, not the original
+   globals; an explicit env is kept. */
+static void load_gives_the_sandbox_environment(void **state) {
+  static const char *const files[] = {"s/chunk.lua", "x = (x or 0) + 1; return io, _G", NULL};
+  (void)state;
+  expect_ok("assert(load('return io')() == nil)\n"
+            "assert(load('return _G')() == _G)\n"
+            "load('y = 5')(); assert(y == 5)\n"
+            "local env = {}; load('z = 1', 'c', 't', env)(); assert(env.z == 1 and z == nil)\n"
+            "local io_, g = dofile('chunk.lua'); assert(io_ == nil and g == _G and x == 1)\n"
+            "local env2 = {}; loadfile('chunk.lua', 't', env2)(); assert(env2.x == 1 and x == 1)\n"
+            "print('ok')", files);
+}
+
+/* require and the file functions reach only the mod's own folder. */
+static void files_only_from_the_mods_folder(void **state) {
+  static const char *const files[] = {
+      "s/lib/util.lua", "return {name = 'util', n = (n or 0)}",
+      "s/pkg/init.lua", "return 'pkg init'",
+      "outside.lua", "return 'outside'",
+      NULL};
+  (void)state;
+  expect_ok("assert(require('lib.util').name == 'util')\n"
+            "assert(require('lib.util') == require('lib.util'))\n"
+            "assert(require('pkg') == 'pkg init')\n"
+            "assert(require('lunaloop') == task and require('mods') == mods)\n"
+            "for _, name in ipairs{'../outside', '..outside', '/etc/passwd', 'lib/util',\n"
+            "                      '.hidden', 'a..b', 'x\\0y', 'C:\\\\x'} do\n"
+            "  local ok, err = pcall(require, name)\n"
+            "  assert(not ok and err:find('bad module name'), name .. ': ' .. tostring(err))\n"
+            "end\n"
+            "for _, path in ipairs{'../outside.lua', '/etc/passwd', 'lib/../../outside.lua',\n"
+            "                      'lib/../lib/util.lua'} do\n"
+            "  local ok, err = pcall(loadfile, path)\n"
+            "  assert(not ok and err:find('not a path inside'), path .. ': ' .. tostring(err))\n"
+            "  ok, err = pcall(dofile, path)\n"
+            "  assert(not ok and err:find('not a path inside'), path)\n"
+            "end\n"
+            "print('ok')", files);
+}
+
+/* A symbolic link inside the folder cannot lead out of it. */
+static void symlinks_cannot_lead_out(void **state) {
+  fixture *f = fx_new(NULL);
+  char target[512], link[512];
+  (void)state;
+  fx_write(f, "outside.lua", "return 'outside'");
+  fx_write(f, "s/mod.lua",
+           "local ok, err = pcall(require, 'escape')\n"
+           "assert(not ok and err:find('leads out'), err)\n"
+           "ok, err = pcall(dofile, 'escape.lua')\n"
+           "assert(not ok and err:find('leads out'), err)\n"
+           "print('ok')");
+  snprintf(target, sizeof target, "%s/outside.lua", f->dir);
+  snprintf(link, sizeof link, "%s/s/escape.lua", f->dir);
+  assert_int_equal(symlink(target, link), 0);
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  if (f->replen > 0)
+    fail_msg("reported:\n%s", f->rep);
+  assert_has(f->out, "[s] ok\n");
+  fx_free(f);
+}
+
+/* __gc metamethods would run with hooks off (no budget): refused. */
+static void setmetatable_refuses_gc(void **state) {
+  (void)state;
+  expect_ok("local ok, err = pcall(setmetatable, {}, {__gc = function() end})\n"
+            "assert(not ok and err:find('__gc'), err)\n"
+            "local mt = {}; local t = setmetatable({}, mt)\n"
+            "mt.__gc = function() while true do end end\n" /* too late: never called */
+            "t = nil; collectgarbage()\n"
+            "assert(getmetatable(t2 or setmetatable({}, {__index = {a = 1}})).__index.a == 1)\n"
+            "local p = setmetatable({}, {__metatable = 'locked'})\n"
+            "assert(getmetatable(p) == 'locked' and not pcall(setmetatable, p, {}))\n"
+            "print('ok')", NULL);
+}
+
+/* The binding's metatables (Task, Handle, Channel, Scope, the errors) are
+   out of reach, so they cannot be given a __gc. */
+static void getmetatable_hides_binding_metatables(void **state) {
+  (void)state;
+  expect_ok("task.spawn(function()\n"
+            "  assert(getmetatable(task.current()) == nil)\n"
+            "  assert(getmetatable(task.on(function() end)) == nil)\n"
+            "  assert(getmetatable(task.channel()) == nil)\n"
+            "  assert(getmetatable(mods.subscribe('x', print)) == nil)\n"
+            "  task.scope(function(s) assert(getmetatable(s) == nil) end)\n"
+            "  local ok, err = pcall(task.timeout, 0.001, function() task.delay(1) end)\n"
+            "  assert(not ok and task.is_timeout(err) and getmetatable(err) == nil)\n"
+            "  print('ok')\n"
+            "end)", NULL);
+}
+
+static void collectgarbage_is_limited(void **state) {
+  (void)state;
+  expect_ok("assert(type(collectgarbage('count')) == 'number')\n"
+            "collectgarbage(); collectgarbage('collect'); collectgarbage('step')\n"
+            "assert(collectgarbage('isrunning') == true)\n"
+            "for _, opt in ipairs{'stop', 'restart', 'incremental', 'generational',\n"
+            "                     'setpause', 'setstepmul'} do\n"
+            "  local ok, err = pcall(collectgarbage, opt)\n"
+            "  assert(not ok and err:find('not allowed'), opt)\n"
+            "end\n"
+            "print('ok')", NULL);
+}
+
+/* A task's coroutine belongs to the scheduler: the mod cannot resume or
+   close it behind its back; its own coroutines work as in stock Lua. */
+static void coroutine_resume_refuses_task_coroutines(void **state) {
+  (void)state;
+  expect_ok("local t = task.spawn(function() task.yield() end)\n"
+            "local co\n"
+            "task.spawn(function() co = coroutine.running(); task.yield() end)\n"
+            "local ok, err = pcall(coroutine.resume, co)\n"
+            "assert(not ok and err:find('belongs to the scheduler'), err)\n"
+            "assert(not pcall(coroutine.close, co))\n"
+            "local gen = coroutine.wrap(function() for i = 1, 3 do coroutine.yield(i) end end)\n"
+            "assert(gen() == 1 and gen() == 2 and gen() == 3)\n"
+            "local c = coroutine.create(function(a) local b = coroutine.yield(a + 1); return b * 2 end)\n"
+            "assert(select(2, coroutine.resume(c, 1)) == 2)\n"
+            "assert(select(2, coroutine.resume(c, 5)) == 10 and coroutine.status(c) == 'dead')\n"
+            "local w = coroutine.wrap(function() error('inner') end)\n"
+            "local ok2, e2 = pcall(w); assert(not ok2 and e2:find('inner'))\n"
+            "print('ok')", NULL);
+}
+
+/* The loop and its budgets belong to the host. */
+static void task_module_has_no_loop_control(void **state) {
+  (void)state;
+  expect_ok("assert(task.step == nil and task.run == nil and task.exit == nil)\n"
+            "assert(task.set_budget == nil)\n"
+            "assert(task.time_scale() == 1)\n"
+            "local ok, err = pcall(task.time_scale, 0)\n"
+            "assert(not ok and err:find('not set it'), err)\n"
+            "assert(type(task.spawn) == 'function' and task.version)\n"
+            "print('ok')", NULL);
+}
+
+/* Each mod has its own globals: one mod replacing _G entries, print or
+   string functions changes nothing for another. */
+static void globals_are_per_mod(void **state) {
+  fixture *f = fx_new(NULL);
+  (void)state;
+  fx_write(f, "a/manifest.lua", "return {name = 'a', load_order = 1}");
+  fx_write(f, "a/mod.lua",
+           "print('a sets')\n"
+           "shared = 'from a'; _G.print = nil; string.upper = nil; task.spawn = nil\n"
+           "mods.send('g', _VERSION)\n");
+  fx_write(f, "b/manifest.lua", "return {name = 'b', load_order = 2}");
+  fx_write(f, "b/mod.lua",
+           "assert(shared == nil and ('x'):upper() == 'X' and task.spawn)\n"
+           "print('ok')\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  fx_frames(f, 1);
+  assert_string_equal(f->out, "[a] a sets\n[b] ok\n");
+  assert_int_equal(f->replen, 0);
+  fx_free(f);
+}
+
+/* print goes through the set with the mod's name; tostring metamethods work. */
+static void print_is_prefixed_with_the_mod_name(void **state) {
+  fixture *f = fx_new(NULL);
+  (void)state;
+  fx_write(f, "s/mod.lua",
+           "print('a', 1, nil, true, setmetatable({}, {__tostring = function() return 'T' end}))");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  assert_string_equal(f->out, "[s] a\t1\tnil\ttrue\tT\n");
+  fx_free(f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(no_io),
+      cmocka_unit_test(os_has_only_time_clock_date_difftime),
+      cmocka_unit_test(no_debug),
+      cmocka_unit_test(no_package_or_loadlib),
+      cmocka_unit_test(globals_are_the_whitelist),
+      cmocka_unit_test(load_refuses_binary_chunks),
+      cmocka_unit_test(string_dump_is_gone_and_strings_work),
+      cmocka_unit_test(string_metatable_tricks_stay_inside_the_mod),
+      cmocka_unit_test(load_gives_the_sandbox_environment),
+      cmocka_unit_test(files_only_from_the_mods_folder),
+      cmocka_unit_test(symlinks_cannot_lead_out),
+      cmocka_unit_test(setmetatable_refuses_gc),
+      cmocka_unit_test(getmetatable_hides_binding_metatables),
+      cmocka_unit_test(collectgarbage_is_limited),
+      cmocka_unit_test(coroutine_resume_refuses_task_coroutines),
+      cmocka_unit_test(task_module_has_no_loop_control),
+      cmocka_unit_test(globals_are_per_mod),
+      cmocka_unit_test(print_is_prefixed_with_the_mod_name),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
