@@ -100,14 +100,18 @@ typedef int (*luna_promise_push_fn)(lua_State *L, void *data);
 typedef void (*luna_promise_free_fn)(void *data);
 
 /* Tells the host that Lua gave the promise up before it was completed (see
-   above), so it can abort the job. Called at most once, on the loop thread,
-   possibly from inside a Lua call, a garbage collection step, lua_close,
-   luna_loop_reset or luna_loop_free: it must not call the Lua API on the
-   promise's state or drive the loop, and must not block on a lock the loop
-   thread may hold while calling into Lua. It may call every luna_promise_*
-   function (completing is allowed and only frees the data) and luna_post.
-   It may race with a completion on another thread: that completion then
-   still returns 0. */
+   above), so it can abort the job. Called at most once per promise, on the
+   loop thread, possibly from inside a Lua call, a garbage collection step,
+   lua_close, luna_loop_reset or luna_loop_free: it must not call the Lua
+   API on the promise's state or drive the loop, and must not block on a
+   lock the loop thread may hold while calling into Lua. It may call every
+   luna_promise_* function (completing is allowed: it returns 0 and only
+   frees the data) and luna_post.
+   It never overlaps a completion: if a completion was claimed first it does
+   not run at all; a completion made on another thread while it runs waits
+   until it returned (so keep it short). So once luna_promise_resolve or
+   _reject returned, the callback is neither running nor going to run, and
+   the host may free what the callback uses. */
 typedef void (*luna_promise_cancel_fn)(luna_promise *p, void *ud);
 
 /* Creates a promise whose completion wakes its awaiters at `timing` (the
@@ -124,15 +128,18 @@ LUNA_API int luna_lua_promise_new(lua_State *L, luna_timing timing, luna_promise
 
 /* Registers the cancel callback (replacing an earlier one; fn NULL removes
    it). Loop thread; do it before handing the promise to a worker. If Lua
-   already gave the promise up, fn runs at once, before this returns.
-   Returns 0; LUNA_EINVAL for a bad promise; LUNA_EALREADY when the promise
-   was already completed (fn will never run). */
+   already gave the promise up and no cancel callback was called yet, fn
+   runs at once, before this returns. Returns 0; LUNA_EINVAL for a bad
+   promise; LUNA_EALREADY when the promise was already completed (fn will
+   never run). */
 LUNA_API int luna_promise_on_cancel(luna_promise *p, luna_promise_cancel_fn fn, void *ud);
 
 /* Completes the promise with values: at the promise's timing, on the loop
    thread, push(L, data) makes the Lua values that task.await(p) returns
    (push NULL: no values), then free_data(data) runs (may be NULL). ANY
-   thread, lock-free (one luna_post). Returns 0 (then free_data runs exactly
+   thread; lock-free (one luna_post), except that it waits for the
+   promise's cancel callback if that is running right now on the loop
+   thread (see luna_promise_cancel_fn). Returns 0 (then free_data runs exactly
    once, see luna_promise_free_fn, also when Lua gave the promise up);
    LUNA_EALREADY when it was already completed (resolved or rejected);
    LUNA_EINVAL for a bad promise; LUNA_ENOMEM when the post could not be
@@ -142,7 +149,8 @@ LUNA_API int luna_promise_resolve(luna_promise *p, luna_promise_push_fn push, vo
                                   luna_promise_free_fn free_data);
 
 /* Completes the promise with an error: task.await(p) raises `message` (a
-   Lua string, copied now). ANY thread. Returns 0; LUNA_EALREADY when it was
+   Lua string, copied now). ANY thread, like luna_promise_resolve (it may
+   wait for a running cancel callback). Returns 0; LUNA_EALREADY when it was
    already completed; LUNA_EINVAL for a bad promise or a NULL message;
    LUNA_ENOMEM (nothing was completed). */
 LUNA_API int luna_promise_reject(luna_promise *p, const char *message);

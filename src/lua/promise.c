@@ -4,10 +4,11 @@
 **
 ** Two halves meet here:
 ** - The C side (struct luna_promise) is shared with the host's threads. It
-**   holds an atomic reference count, the completion (claimed once, by one
-**   compare-and-swap, from any thread), the "given up" flag (Lua no longer
-**   wants the result) and the payload of the completion. A completion
-**   travels to the loop thread as one luna_post of deliver_cb.
+**   holds an atomic reference count, one atomic state word (completed, given
+**   up by Lua, cancel callback running / called: every decision between a
+**   completer and the loop thread is one compare-and-swap on it) and the
+**   payload of the completion. A completion travels to the loop thread as
+**   one luna_post of deliver_cb.
 ** - The Lua side (luna__pud, the Promise userdata) lives in one Lua state
 **   and is touched on the loop thread only. It keeps the outcome once it
 **   arrived (user value 1: a packed table of values, or the error) and the
@@ -31,6 +32,8 @@
 **   to its userdata through a weak table (a delivery must find the value
 **   without keeping it alive: an unreachable Promise may be collected).
 */
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -47,20 +50,30 @@
 #define PROMISE_MAGIC UINT32_C(0x6c50726f) /* "lPro" */
 #define PROMISE_DEAD UINT32_C(0x64656164)  /* "dead" */
 
-enum { COMPLETION_NONE = 0, COMPLETION_RESOLVE = 1, COMPLETION_REJECT = 2 };
+/* The bits of luna_promise.state. */
+enum {
+  ST_COMPLETED = 1, /* a completer claimed the completion */
+  ST_GIVEN_UP = 2,  /* Lua let go without wanting the result any more */
+  ST_CALLING = 4,   /* the cancel callback is running (on the loop thread) */
+  ST_CALLED = 8     /* the cancel callback was called (it runs at most once) */
+};
 
 typedef struct luna__pud luna__pud;
 
 struct luna_promise {
   uint32_t magic;
   _Atomic(uint32_t) refs;  /* host references, the Lua side, an undelivered post */
-  _Atomic(int) completion; /* COMPLETION_NONE until one completer claims it */
-  _Atomic(bool) given_up;  /* Lua will never look at the result */
+  _Atomic(unsigned) state; /* ST_* bits */
   luna_loop *loop;         /* immutable after creation */
   uint8_t timing;          /* immutable: where deliver_cb runs */
+  /* The thread running the cancel callback: written before ST_CALLING is
+     set (release), read by completers that saw ST_CALLING (acquire), so a
+     callback that completes its own promise is not made to wait for itself. */
+  pthread_t cb_thread;
   /* The payload: written by the completer that claimed the completion,
      read by the loop thread after the post (the inbox's release/acquire
      pair orders them), or by the completer itself when it discards. */
+  bool reject;
   luna_promise_push_fn push;
   void *data;
   luna_promise_free_fn free_data;
@@ -110,17 +123,38 @@ static void discard_payload(luna_promise *p) {
 
 static void deliver_cb(luna_loop *loop, void *arg);
 
-/* Sends a claimed completion to the loop thread, or, when Lua already gave
-   the promise up, frees its payload right here. 0 or LUNA_ENOMEM (then the
-   payload is still the caller's and nothing was posted). */
-static int publish(luna_promise *p) {
+/* Claims the completion: returns the state bits it found (without
+   ST_COMPLETED), or -1 when the promise was already completed. A cancel
+   callback running on another thread is waited for (it is short by
+   contract), so that once a completion returned, the callback is neither
+   running nor going to run: the host may then free what the callback uses.
+   A callback that completes its own promise does not wait for itself. */
+static long claim(luna_promise *p) {
+  unsigned s = atomic_load_explicit(&p->state, memory_order_acquire);
+  for (;;) {
+    if (s & ST_COMPLETED)
+      return -1;
+    if ((s & ST_CALLING) && !pthread_equal(p->cb_thread, pthread_self())) {
+      sched_yield();
+      s = atomic_load_explicit(&p->state, memory_order_acquire);
+      continue;
+    }
+    /* Acq_rel: acquire pairs with let_go's release (the callback's effects
+       and cb_thread are visible); release orders nothing yet (the payload
+       is published by the post). Acquire on failure: s is re-examined. */
+    if (atomic_compare_exchange_weak_explicit(&p->state, &s, s | ST_COMPLETED,
+                                              memory_order_acq_rel, memory_order_acquire))
+      return (long)s;
+  }
+}
+
+/* Sends a claimed completion (payload filled in) to the loop thread, or,
+   when Lua had already given the promise up (`found` has ST_GIVEN_UP),
+   frees its payload right here. 0, or LUNA_ENOMEM: then the claim is undone
+   and the payload fields are cleared (the caller still owns the data). */
+static int publish(luna_promise *p, unsigned found) {
   int rc;
-  /* Sequentially consistent, paired with let_go: the completer claims the
-     completion then reads given_up; the loop thread sets given_up then
-     reads the completion. At least one of them sees the other's write, so
-     either the cancel callback is skipped or the payload is discarded here
-     (or both), never neither. */
-  if (atomic_load(&p->given_up)) {
+  if (found & ST_GIVEN_UP) {
     discard_payload(p);
     return 0;
   }
@@ -128,22 +162,18 @@ static int publish(luna_promise *p) {
      meanwhile; the post itself publishes the promise to the loop thread. */
   atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
   rc = luna_post(p->loop, (luna_timing)p->timing, deliver_cb, p);
-  if (rc != 0)
-    atomic_fetch_sub_explicit(&p->refs, 1, memory_order_relaxed);
+  if (rc == 0)
+    return 0;
+  atomic_fetch_sub_explicit(&p->refs, 1, memory_order_relaxed);
+  p->push = NULL;
+  p->data = NULL;
+  p->free_data = NULL;
+  p->message = NULL;
+  p->reject = false;
+  /* Release: the cleared fields are written before the next claim can
+     succeed and write them again. */
+  atomic_fetch_and_explicit(&p->state, ~(unsigned)ST_COMPLETED, memory_order_release);
   return rc;
-}
-
-/* Claims the completion for `kind`; false when it was already claimed. */
-static bool claim(luna_promise *p, int kind) {
-  int expected = COMPLETION_NONE;
-  /* Sequentially consistent: see publish. */
-  return atomic_compare_exchange_strong(&p->completion, &expected, kind);
-}
-
-/* Undoes a claim whose post failed, after the payload fields were cleared
-   (so that a completer claiming next never races with the clearing). */
-static void unclaim(luna_promise *p) {
-  atomic_store(&p->completion, COMPLETION_NONE);
 }
 
 /* ---- the Lua side ------------------------------------------------------------ */
@@ -186,6 +216,30 @@ static void unlink_pending(luna__pud *pud) {
   pud->prev = pud->next = NULL;
 }
 
+/* Marks p given up (loop thread) and runs its cancel callback, once, if
+   one is registered and no completion was claimed first. */
+static void give_up_c(luna_promise *p) {
+  unsigned s = atomic_load_explicit(&p->state, memory_order_relaxed), n;
+  bool call;
+  /* Written only while no callback was ever called, so never while a
+     completer may be reading it (they read it only while ST_CALLING). */
+  if (!(s & (ST_COMPLETED | ST_CALLED)) && p->on_cancel != NULL)
+    p->cb_thread = pthread_self();
+  do {
+    call = !(s & (ST_COMPLETED | ST_CALLED)) && p->on_cancel != NULL;
+    n = s | ST_GIVEN_UP | (call ? ST_CALLING | ST_CALLED : 0u);
+    /* Release: cb_thread is visible to a completer that sees ST_CALLING.
+       Relaxed on failure: only the bits are re-examined. */
+  } while (!atomic_compare_exchange_weak_explicit(&p->state, &s, n, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  if (!call)
+    return;
+  p->on_cancel(p, p->cancel_ud);
+  /* Release: what the callback did happens before a waiting completer
+     (which acquires the state) goes on. */
+  atomic_fetch_and_explicit(&p->state, ~(unsigned)ST_CALLING, memory_order_release);
+}
+
 /* Lets go of the C side: breaks the links, drops the Lua side's reference.
    With tell_host (Lua gives up without the result): marks it given up and
    runs the host's cancel callback unless a completion was already claimed. */
@@ -196,15 +250,8 @@ static void let_go(luna__pud *pud, bool tell_host) {
   unlink_pending(pud);
   pud->p = NULL;
   p->ud = NULL;
-  if (tell_host) {
-    /* Sequentially consistent: see publish. */
-    atomic_store(&p->given_up, true);
-    if (atomic_load(&p->completion) == COMPLETION_NONE && p->on_cancel != NULL) {
-      luna_promise_cancel_fn fn = p->on_cancel;
-      p->on_cancel = NULL;
-      fn(p, p->cancel_ud);
-    }
-  }
+  if (tell_host)
+    give_up_c(p);
   release(p);
 }
 
@@ -307,7 +354,7 @@ static void settle(luna__pud *pud) {
     return;
   }
   ud = lua_gettop(L);
-  if (atomic_load_explicit(&p->completion, memory_order_relaxed) == COMPLETION_REJECT) {
+  if (p->reject) {
     lua_pushstring(L, p->message);
     pud->status = P_FAILED;
   } else if (p->push == NULL) {
@@ -640,8 +687,7 @@ LUNA_API int luna_lua_promise_new(lua_State *L, luna_timing timing, luna_promise
   }
   p->magic = PROMISE_MAGIC;
   atomic_init(&p->refs, 2); /* the caller's and the Lua side's */
-  atomic_init(&p->completion, COMPLETION_NONE);
-  atomic_init(&p->given_up, false);
+  atomic_init(&p->state, 0u);
   p->loop = b->loop;
   p->timing = (uint8_t)timing;
   p->ud = pud;
@@ -662,42 +708,37 @@ LUNA_API int luna_lua_promise_new(lua_State *L, luna_timing timing, luna_promise
 }
 
 LUNA_API int luna_promise_on_cancel(luna_promise *p, luna_promise_cancel_fn fn, void *ud) {
+  unsigned s;
   if (!valid(p))
     return LUNA_EINVAL;
-  if (atomic_load(&p->completion) != COMPLETION_NONE)
+  s = atomic_load_explicit(&p->state, memory_order_acquire);
+  if (s & ST_COMPLETED)
     return LUNA_EALREADY;
   p->on_cancel = fn;
   p->cancel_ud = ud;
-  if (fn != NULL && atomic_load(&p->given_up)) {
-    p->on_cancel = NULL;
-    fn(p, ud);
-  }
+  if (s & ST_GIVEN_UP)
+    give_up_c(p); /* Lua let go before: call it now (once) */
   return 0;
 }
 
 LUNA_API int luna_promise_resolve(luna_promise *p, luna_promise_push_fn push, void *data,
                                   luna_promise_free_fn free_data) {
-  int rc;
+  long found;
   if (!valid(p))
     return LUNA_EINVAL;
-  if (!claim(p, COMPLETION_RESOLVE))
+  found = claim(p);
+  if (found < 0)
     return LUNA_EALREADY;
   p->push = push;
   p->data = data;
   p->free_data = free_data;
-  rc = publish(p);
-  if (rc != 0) {
-    p->push = NULL;
-    p->data = NULL;
-    p->free_data = NULL;
-    unclaim(p);
-  }
-  return rc;
+  return publish(p, (unsigned)found);
 }
 
 LUNA_API int luna_promise_reject(luna_promise *p, const char *message) {
   size_t len;
   char *copy;
+  long found;
   int rc;
   if (!valid(p) || message == NULL)
     return LUNA_EINVAL;
@@ -706,24 +747,24 @@ LUNA_API int luna_promise_reject(luna_promise *p, const char *message) {
   if (copy == NULL)
     return LUNA_ENOMEM;
   memcpy(copy, message, len + 1);
-  if (!claim(p, COMPLETION_REJECT)) {
+  found = claim(p);
+  if (found < 0) {
     free(copy);
     return LUNA_EALREADY;
   }
+  p->reject = true;
   p->message = copy;
-  rc = publish(p);
-  if (rc != 0) {
-    p->message = NULL;
+  rc = publish(p, (unsigned)found);
+  if (rc != 0)
     free(copy);
-    unclaim(p);
-  }
   return rc;
 }
 
 LUNA_API bool luna_promise_is_cancelled(const luna_promise *p) {
-  /* Acquire is enough for a poll: it pairs with the sequentially consistent
-     store in let_go. */
-  return valid(p) && atomic_load_explicit(&((luna_promise *)p)->given_up, memory_order_acquire);
+  /* Acquire: pairs with give_up_c, for a worker that polls and then reads
+     what the loop thread wrote before giving up. */
+  return valid(p) && (atomic_load_explicit(&((luna_promise *)p)->state, memory_order_acquire) &
+                      ST_GIVEN_UP) != 0;
 }
 
 LUNA_API int luna_promise_retain(luna_promise *p) {

@@ -12,6 +12,7 @@
 #define EMBED_UTIL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>

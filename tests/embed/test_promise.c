@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -375,13 +376,58 @@ static void the_cancel_callback_may_complete_and_release(void **state) {
   assert_int_equal(luna__promise_live_count(), 0);
 }
 
-/* Registering a cancel callback after Lua gave up calls it at once. */
+/* Registering a cancel callback after Lua gave up calls it at once; the
+   host is told at most once per promise. */
 static void on_cancel_after_giving_up_runs_at_once(void **state) {
   fixture *f = *state;
-  run(f->L, "p = host.promise(); p:cancel()");
-  assert_int_equal(cancel_calls[0], 1);
-  assert_int_equal(luna_promise_on_cancel(slots[0], count_cancel, (void *)(intptr_t)1), 0);
+  luna_promise *p;
+  assert_int_equal(luna_lua_promise_new(f->L, LUNA_UPDATE, &p), 0);
+  lua_setglobal(f->L, "p");
+  run(f->L, "p:cancel()");
+  assert_true(luna_promise_is_cancelled(p));
+  assert_int_equal(luna_promise_on_cancel(p, count_cancel, (void *)(intptr_t)1), 0);
   assert_int_equal(cancel_calls[1], 1);
+  assert_int_equal(luna_promise_on_cancel(p, count_cancel, (void *)(intptr_t)2), 0);
+  assert_int_equal(cancel_calls[2], 0);
+  assert_int_equal(luna_promise_release(p), 0);
+}
+
+/* A completion from another thread never overlaps the cancel callback: it
+   waits for a running callback to return, so once it returned the host may
+   free what the callback uses. */
+static atomic_int slow_cb_state; /* 0 idle, 1 running, 2 returned */
+static luna_promise *race_promise;
+static int race_rc;
+static void *complete_during_callback(void *arg) {
+  (void)arg;
+  while (atomic_load(&slow_cb_state) == 0)
+    sched_yield();
+  race_rc = luna_promise_reject(race_promise, "raced");
+  /* the callback must have returned before the completion did */
+  if (atomic_load(&slow_cb_state) != 2)
+    race_rc = -100;
+  return NULL;
+}
+static void slow_cancel(luna_promise *p, void *ud) {
+  struct timespec ts = {0, 20 * 1000 * 1000};
+  (void)p;
+  (void)ud;
+  atomic_store(&slow_cb_state, 1);
+  nanosleep(&ts, NULL); /* the other thread is trying to complete meanwhile */
+  atomic_store(&slow_cb_state, 2);
+}
+static void a_completion_waits_for_a_running_cancel_callback(void **state) {
+  fixture *f = *state;
+  pthread_t th;
+  atomic_store(&slow_cb_state, 0);
+  run(f->L, "p = host.promise(); t = task.spawn(function() task.await(p) end)");
+  race_promise = slots[0];
+  assert_int_equal(luna_promise_on_cancel(race_promise, slow_cancel, NULL), 0);
+  assert_int_equal(pthread_create(&th, NULL, complete_during_callback, NULL), 0);
+  run(f->L, "t:cancel()");
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_int_equal(race_rc, 0);
+  assert_int_equal(luna_promise_reject(race_promise, "again"), LUNA_EALREADY);
 }
 
 /* ---- combinators --------------------------------------------------------------- */
@@ -509,6 +555,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(freeing_the_loop_first_gives_promises_up, setup, teardown),
       cmocka_unit_test_setup_teardown(the_cancel_callback_may_complete_and_release, setup, teardown),
       cmocka_unit_test_setup_teardown(on_cancel_after_giving_up_runs_at_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_completion_waits_for_a_running_cancel_callback, setup, teardown),
       cmocka_unit_test_setup_teardown(combinators_accept_promises_and_never_give_them_up, setup, teardown),
       cmocka_unit_test_setup_teardown(timeout_with_promises, setup, teardown),
       cmocka_unit_test_setup_teardown(awaiting_outside_a_task_raises, setup, teardown),
