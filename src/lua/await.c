@@ -62,7 +62,10 @@ static lua_Integer check_frames(lua_State *L, int idx) {
 /* ---- the await context ------------------------------------------------------ */
 
 luna__task *luna__check_await(lua_State *L, const char *what) {
-  luna__binding *b = luna__check_binding(L);
+  return luna__check_await_in(L, luna__check_binding(L), what);
+}
+
+luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *what) {
   luna__task *t = b->current;
   if (t == NULL || t->co != L) {
     int is_main = lua_pushthread(L);
@@ -181,7 +184,7 @@ static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
    from inside that timing's run, at its next run (never the same drain). */
 static int l_yield(lua_State *L) {
   luna_timing timing = luna__opt_timing(L, 1, LUNA_UPDATE);
-  luna__task *t = luna__check_await(L, "task.yield");
+  luna__task *t = luna__check_await_in(L, luna__upvalue_binding(L), "task.yield");
   int rc = luna_enqueue(t->b->loop, timing, luna__resume_cb, t);
   if (rc != 0)
     return luaL_error(L, "task.yield: %s", luna_strerror(rc));
@@ -195,7 +198,7 @@ static int l_yield(lua_State *L) {
    frame (a frame wait for frame() + 1). */
 static int l_next_frame(lua_State *L) {
   luna_timing timing = luna__opt_timing(L, 1, LUNA_UPDATE);
-  luna__task *t = luna__check_await(L, "task.next_frame");
+  luna__task *t = luna__check_await_in(L, luna__upvalue_binding(L), "task.next_frame");
   uint64_t frame = luna_loop_frame_count(t->b->loop);
   return arm_timer(L, t, timing, LUNA_TIMER_FRAME, (int64_t)frame + 1);
 }
@@ -205,7 +208,7 @@ static int l_next_frame(lua_State *L) {
 static int l_delay_frame(lua_State *L) {
   lua_Integer n = check_frames(L, 1);
   luna_timing timing = luna__opt_timing(L, 2, LUNA_UPDATE);
-  luna__task *t = luna__check_await(L, "task.delay_frame");
+  luna__task *t = luna__check_await_in(L, luna__upvalue_binding(L), "task.delay_frame");
   uint64_t frame = luna_loop_frame_count(t->b->loop);
   int64_t deadline = n > LUNA_NS_MAX ? LUNA_NS_MAX : (int64_t)frame + (int64_t)n;
   return arm_timer(L, t, timing, LUNA_TIMER_FRAME, deadline);
@@ -220,7 +223,7 @@ static int l_delay(lua_State *L) {
   luna_ns ns = luna__check_seconds(L, 1);
   luna_timing timing = luna__opt_timing(L, 2, LUNA_UPDATE);
   luna_clock clock = luna__opt_clock(L, 3, LUNA_CLOCK_SCALED);
-  luna__task *t = luna__check_await(L, "task.delay");
+  luna__task *t = luna__check_await_in(L, luna__upvalue_binding(L), "task.delay");
   luna_ns now = luna_loop_time(t->b->loop, clock);
   return arm_timer(L, t, timing, kinds[clock], luna_ns_add(now, ns));
 }
@@ -231,7 +234,7 @@ static int wait_predicate(lua_State *L, bool until, const char *what) {
   int rc;
   luaL_checktype(L, 1, LUA_TFUNCTION);
   timing = luna__opt_timing(L, 2, LUNA_UPDATE);
-  t = luna__check_await(L, what);
+  t = luna__check_await_in(L, luna__upvalue_binding(L), what);
   rc = luna_item_add(t->b->loop, timing, predicate_step, t, &t->item);
   if (rc != 0)
     return luaL_error(L, "%s: %s", what, luna_strerror(rc));
@@ -263,7 +266,7 @@ static int l_await(lua_State *L) {
     return luna__await_promise(L, 1, true);
   if (target == NULL)
     return luaL_typeerror(L, 1, "Task or Promise");
-  t = luna__check_await(L, "task.await");
+  t = luna__check_await_in(L, luna__upvalue_binding(L), "task.await");
   if (LUNA__SETTLED(target)) {
     int n = luna__push_result(L, target);
     if (target->state == LUNA__DONE)
@@ -298,7 +301,9 @@ static const luaL_Reg await_funcs[] = {
     {"await", l_await},
     {NULL, NULL}};
 
-/* Adds the awaits to the module table on top of L. */
-void luna__open_await(lua_State *L) {
-  luaL_setfuncs(L, await_funcs, 0);
+/* Adds the awaits to the module table on top of L, with the binding as
+   their upvalue. */
+void luna__open_await(lua_State *L, luna__binding *b) {
+  lua_pushlightuserdata(L, b);
+  luaL_setfuncs(L, await_funcs, 1);
 }

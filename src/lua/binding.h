@@ -158,6 +158,16 @@ struct luna__binding {
   int exit_code;
 };
 
+/* The binding of a module function: its upvalue 1 (a light userdata), which
+   saves a registry lookup on the hot paths (every await, every spawn).
+   Raises when the loop was freed. */
+static inline luna__binding *luna__upvalue_binding(lua_State *L) {
+  luna__binding *b = (luna__binding *)lua_touserdata(L, lua_upvalueindex(1));
+  if (b->loop == NULL)
+    luaL_error(L, "lunaloop: the loop was freed");
+  return b;
+}
+
 /* ---- binding.c ---------------------------------------------------------- */
 /* The binding of L; raises a Lua error when there is none or its loop was freed. */
 luna__binding *luna__check_binding(lua_State *L);
@@ -223,6 +233,7 @@ void luna__start_cb(luna_loop *loop, void *arg);
    error naming `what` otherwise, or the cancellation error when the task
    was cancelled. */
 luna__task *luna__check_await(lua_State *L, const char *what);
+luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *what);
 /* Suspends the calling task (whose wait is armed) until woken. */
 int luna__suspend(lua_State *L, luna__task *t);
 luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def);
@@ -235,7 +246,7 @@ bool luna__cancel_pending(lua_State *L, luna__binding *b);
    (`before` is luna__cancel_pending from before that call: a task already
    unwinding from its cancellation may still spawn and cancel). */
 void luna__check_cancelled(lua_State *L, luna__binding *b, bool before);
-void luna__open_await(lua_State *L);
+void luna__open_await(lua_State *L, luna__binding *b);
 
 /* ---- internal.c: primitives for the Lua-side composition code ---------- */
 void luna__open_compose(lua_State *L);

@@ -29,7 +29,7 @@ int luna__l_cancel(lua_State *L);
 /* task.spawn(fn, ...) -> Task: creates a task and runs it now until its first
    await (as Roblox's task.spawn). */
 static int l_spawn(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   luna__task *t;
   bool before = luna__cancel_pending(L, b);
   luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -297,14 +297,14 @@ static const luaL_Reg module_funcs[] = {
 int luna__open_module(lua_State *L, luna__binding *b);
 int luna__open_module(lua_State *L, luna__binding *b) {
   int i;
-  (void)b;
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key) == LUA_TTABLE)
     return 1;
   lua_pop(L, 1);
   luna__open_task(L);
   lua_newtable(L);
-  luaL_setfuncs(L, module_funcs, 0);
-  luna__open_await(L);
+  lua_pushlightuserdata(L, b);
+  luaL_setfuncs(L, module_funcs, 1);
+  luna__open_await(L, b);
   luna__open_callbacks(L);
   luna__open_introspect(L);
   luna__open_compose(L);
