@@ -394,7 +394,8 @@ void luna__bus_deliver(luna_mods *set) {
     }
     free_message(&msg);
   }
-  memmove(set->queue, set->queue + n, (set->nqueue - n) * sizeof *set->queue);
+  if (n > 0 && set->nqueue > n)
+    memmove(set->queue, set->queue + n, (set->nqueue - n) * sizeof *set->queue);
   set->nqueue -= n;
 }
 

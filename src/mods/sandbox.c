@@ -25,8 +25,9 @@
 ** - coroutine.resume/close accept only coroutines made by the sandbox's
 **   coroutine.create/wrap (not a task's coroutine, which only the scheduler
 **   may resume), and every coroutine gets the budget hook;
-** - the task module without step, run, exit and set_budget (the loop and
-**   its budgets belong to the host), and time_scale read-only.
+** - the task module without step, run, exit, set_budget and debug (the
+**   loop, its budgets and profiling belong to the host), time_scale
+**   read-only, and on_error's handler called by the set's own handler.
 */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
@@ -366,7 +367,7 @@ static int l_time_scale(lua_State *L) {
 }
 
 static void restrict_task_module(lua_State *L) {
-  static const char *const removed[] = {"step", "run", "exit", "set_budget", NULL};
+  static const char *const removed[] = {"step", "run", "exit", "set_budget", "debug", NULL};
   int i;
   for (i = 0; removed[i] != NULL; i++) {
     lua_pushnil(L);

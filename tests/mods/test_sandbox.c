@@ -247,7 +247,7 @@ static void coroutine_resume_refuses_task_coroutines(void **state) {
 static void task_module_has_no_loop_control(void **state) {
   (void)state;
   expect_ok("assert(task.step == nil and task.run == nil and task.exit == nil)\n"
-            "assert(task.set_budget == nil)\n"
+            "assert(task.set_budget == nil and task.debug == nil)\n"
             "assert(task.time_scale() == 1)\n"
             "local ok, err = pcall(task.time_scale, 0)\n"
             "assert(not ok and err:find('not set it'), err)\n"

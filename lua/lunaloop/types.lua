@@ -1,0 +1,367 @@
+---@meta lunaloop
+-- types.lua: LuaLS (lua-language-server) definitions for the `task` module
+-- (require "lunaloop", the global `task` of `lunaloop run` and of mods) and
+-- the `mods` module of mods. Not loaded at run time: point your editor at
+-- it, e.g. in .luarc.json: { "workspace.library": ["<lunaloop>/lua/lunaloop"] }.
+-- docs/api.md is the reference; docs/modding.md covers the mods API.
+
+---@alias lunaloop.Timing
+---| "Initialization" | "LastInitialization"
+---| "EarlyUpdate" | "LastEarlyUpdate"
+---| "FixedUpdate" | "LastFixedUpdate"
+---| "PreUpdate" | "LastPreUpdate"
+---| "Update" | "LastUpdate"
+---| "PreLateUpdate" | "LastPreLateUpdate"
+---| "PostLateUpdate" | "LastPostLateUpdate"
+---| "TimeUpdate" | "LastTimeUpdate"
+
+---@alias lunaloop.Clock "scaled" | "unscaled" | "realtime" | "fixed"
+
+---@alias lunaloop.Status "running" | "suspended" | "done" | "failed" | "cancelled"
+
+---@alias lunaloop.Awaitable lunaloop.Task | lunaloop.Promise
+
+---A task: a coroutine run by the scheduler. Alive while not settled.
+---@class lunaloop.Task
+---@field name string? settable; used in reports and tostring
+---@field id integer creation number in this Lua state, from 1
+---@overload fun(): nil
+local Task = {}
+---@return lunaloop.Status
+function Task:status() end
+---pcall-shaped: true, ... when done; false, err when failed or cancelled. Raises if not settled.
+---@return boolean ok
+---@return any ...
+function Task:result() end
+---@return string? traceback the traceback of a failed task
+function Task:traceback() end
+---Cancels the task (to-be-closed variables run); returns after it unwound.
+function Task:cancel() end
+---@class lunaloop.TaskInfo
+---@field id integer
+---@field name string?
+---@field status lunaloop.Status
+---@field wait ("start"|"yield"|"timer"|"predicate"|"task"|"external"|"ready")?
+---@field timing lunaloop.Timing?
+---@field deadline number? seconds on its clock, or a frame number
+---@field clock ("frame"|lunaloop.Clock)?
+---@field created_frame integer
+---@field age integer frames since creation
+---@field traceback string? where it was created (task.debug{creation_traceback = true})
+---@return lunaloop.TaskInfo
+function Task:info() end
+
+---A host promise (lunaloop/promise.h), completed by a host thread.
+---@class lunaloop.Promise
+local Promise = {}
+---@return "pending"|"done"|"failed"|"cancelled"
+function Promise:status() end
+---@return boolean ok
+---@return any ...
+function Promise:result() end
+function Promise:cancel() end
+
+---A task.on / task.every registration.
+---@class lunaloop.Handle
+local Handle = {}
+---Stops the callback (also from its own call); a second call does nothing.
+function Handle:remove() end
+---@return boolean
+function Handle:active() end
+
+---A structured-concurrency scope (task.scope).
+---@class lunaloop.Scope
+local Scope = {}
+---Starts a child task now, like task.spawn; raises once the scope failed or ended.
+---@param fn async fun(...): ...
+---@param ... any
+---@return lunaloop.Task
+function Scope:spawn(fn, ...) end
+
+---A FIFO between tasks (task.channel).
+---@class lunaloop.Channel
+local Channel = {}
+---An await: waits while the channel is full; raises once closed.
+---@param v any
+function Channel:send(v) end
+---An await: waits while empty; returns nil, "closed" once closed and drained.
+---@return any value
+---@return "closed"? closed
+function Channel:receive() end
+---Wakes waiting receivers with nil, "closed"; raises in waiting senders.
+function Channel:close() end
+---@return integer
+function Channel:len() end
+---@return boolean
+function Channel:is_closed() end
+
+---@class lunaloop.EveryOptions
+---@field timing lunaloop.Timing? default "Update"
+---@field clock lunaloop.Clock? default "scaled"
+---@field spread boolean? stagger callbacks started together over one interval
+---@field priority integer|"high"? lower runs first; "high" is never deferred by a budget
+
+---@class lunaloop.OnOptions
+---@field priority integer|"high"? lower runs first (default 0); "high" is never deferred by a budget
+
+---@class lunaloop.RunOptions
+---@field hz number? frames per second, default 60
+---@field fast boolean? virtual time, frames back to back
+---@field frames integer? stop after this many frames
+
+---@class lunaloop.TimingStats
+---@field queued integer
+---@field timers integer
+---@field items integer
+---@field resumes integer task resumes at this timing in the current frame
+---@field deferred integer
+---@field budget_exceeded integer
+---@field budget number seconds, 0: none
+---@field time number? seconds spent (task.debug{profile = true})
+
+---@class lunaloop.Stats
+---@field frame integer
+---@field tasks integer
+---@field callbacks integer
+---@field errors integer
+---@field fixed_steps integer
+---@field dropped_fixed_steps integer
+---@field outside_resumes integer
+---@field timings table<lunaloop.Timing, lunaloop.TimingStats>
+
+---The lunaloop module: `local task = require "lunaloop"`.
+---@class lunaloop
+---@field timings lunaloop.Timing[] the 16 timings in frame order
+---@field version string
+local task = {}
+
+---Creates a task and runs it now until its first await.
+---@param fn async fun(...): ...
+---@param ... any
+---@return lunaloop.Task
+function task.spawn(fn, ...) end
+
+---Creates a task that starts at the next run of Update.
+---@param fn async fun(...): ...
+---@param ... any
+---@return lunaloop.Task
+function task.defer(fn, ...) end
+
+---Creates a task that starts at the next run of `timing`.
+---@param timing lunaloop.Timing
+---@param fn async fun(...): ...
+---@param ... any
+---@return lunaloop.Task
+function task.spawn_at(timing, fn, ...) end
+
+---An await: resumes at the next run of `timing` (default "Update").
+---@async
+---@param timing lunaloop.Timing?
+function task.yield(timing) end
+
+---An await: resumes at the first run of `timing` in a later frame.
+---@async
+---@param timing lunaloop.Timing?
+function task.next_frame(timing) end
+
+---An await: resumes at the first run of `timing` whose frame is >= frame() + n.
+---@async
+---@param n integer
+---@param timing lunaloop.Timing?
+function task.delay_frame(n, timing) end
+
+---An await: resumes once `seconds` have passed on `clock` (default "scaled").
+---@async
+---@param seconds number
+---@param timing lunaloop.Timing?
+---@param clock lunaloop.Clock?
+function task.delay(seconds, timing, clock) end
+
+---An await: calls pred at each run of `timing` (from the next one) until it returns true.
+---@async
+---@param pred fun(): boolean
+---@param timing lunaloop.Timing?
+function task.wait_until(pred, timing) end
+
+---An await: calls pred at each run of `timing` (from the next one) until it returns false.
+---@async
+---@param pred fun(): boolean
+---@param timing lunaloop.Timing?
+function task.wait_while(pred, timing) end
+
+---An await: the results of a Task or Promise, or raises its error.
+---@async
+---@param t lunaloop.Awaitable
+---@return any ...
+function task.await(t) end
+
+---Cancels a task: its coroutine is closed (to-be-closed variables run).
+---@param t lunaloop.Task
+function task.cancel(t) end
+
+---@return lunaloop.Task? current the task running now
+function task.current() end
+
+---Calls fn(dt) at each run of `timing` (default "Update") from the next run on.
+---@param timing lunaloop.Timing|fun(dt: number)
+---@param fn? fun(dt: number)
+---@param opts? lunaloop.OnOptions
+---@return lunaloop.Handle
+function task.on(timing, fn, opts) end
+
+---Calls fn(n) every `interval` seconds; the k-th call is due at start + k * interval.
+---@param interval number
+---@param fn fun(n: integer)
+---@param opts lunaloop.EveryOptions?
+---@return lunaloop.Handle
+function task.every(interval, fn, opts) end
+
+---Caps the seconds one run of `timing` spends on callbacks (nil or 0: no cap). Not in mods.
+---@param timing lunaloop.Timing
+---@param seconds number?
+function task.set_budget(timing, seconds) end
+
+---An await: the first result of each input, in order; raises the first error.
+---@async
+---@param ... lunaloop.Awaitable|(async fun(): any)
+---@return any ...
+function task.when_all(...) end
+
+---An await: the index of the first input to finish, then its results.
+---@async
+---@param ... lunaloop.Awaitable|(async fun(): any)
+---@return integer index
+---@return any ...
+function task.when_any(...) end
+
+---An await: runs fn(...) as a child; raises a timeout error after `seconds`.
+---@async
+---@param seconds number
+---@param fn lunaloop.Awaitable|(async fun(...): ...)
+---@param ... any
+---@return any ...
+function task.timeout(seconds, fn, ...) end
+
+---Calls fn(scope, ...) in the calling task; returns once the body and all children ended.
+---@async
+---@param fn async fun(scope: lunaloop.Scope, ...): ...
+---@param ... any
+---@return any ...
+function task.scope(fn, ...) end
+
+---A FIFO between tasks: no capacity = unbounded, 0 = rendezvous.
+---@param capacity integer?
+---@return lunaloop.Channel
+function task.channel(capacity) end
+
+---Installs fn(err, traceback, task?) as the error handler; returns the previous one.
+---@param fn fun(err: any, traceback: string?, task: lunaloop.Task?)|nil
+---@return fun(err: any, traceback: string?, task: lunaloop.Task?)|nil previous
+function task.on_error(fn) end
+
+---@param err any
+---@return boolean
+function task.is_cancelled(err) end
+
+---@param err any
+---@return boolean
+function task.is_timeout(err) end
+
+---Ends `lunaloop run` / task.run with `code`. Not in mods.
+---@param code integer?
+function task.exit(code) end
+
+---@return integer frames begun
+function task.frame() end
+
+---@param clock lunaloop.Clock?
+---@return number seconds
+function task.time(clock) end
+
+---@return number seconds: fixed_dt in a fixed step, else the scaled frame delta
+function task.delta_time() end
+
+---Reads (and outside mods sets) the time scale.
+---@param scale number?
+---@return number
+function task.time_scale(scale) end
+
+---Runs one frame (not from inside a task or callback). Not in mods.
+---@param dt number?
+---@return integer frame
+function task.step(dt) end
+
+---Runs frames until nothing is alive; returns an exit code. Not in mods.
+---@param opts lunaloop.RunOptions?
+---@return integer code
+function task.run(opts) end
+
+---@return lunaloop.Task[] the live tasks of this Lua state, in creation order
+function task.list() end
+
+---@return lunaloop.Stats
+function task.stats() end
+
+---Debugging aids. Not in mods.
+---@param opts {creation_traceback: boolean?, profile: boolean?}?
+---@return {creation_traceback: boolean, profile: boolean}
+function task.debug(opts) end
+
+---@class mods.Subscription
+local Subscription = {}
+---Stops the subscription (also __close).
+function Subscription:remove() end
+---@return boolean
+function Subscription:active() end
+
+---@class mods.Stats
+---@field memory integer bytes used by this mod's state
+---@field memory_limit integer
+---@field instruction_limit integer per resume or call
+---@field budget_overruns integer since this load
+---@field memory_overruns integer since this load
+---@field max_overruns integer the mod is disabled at this many overruns
+---@field loads integer 1 + reloads
+
+---The `mods` module, a global in every mod (also require "mods").
+---@class mods
+---@field name string this mod's name (manifest)
+---@field version string this mod's version (manifest)
+mods = {}
+
+---Copies `value` now (nil, booleans, numbers, strings, tables of those; no
+---cycles) and delivers it to every subscriber of `topic` at the next bus
+---delivery. Raises for values that cannot cross.
+---@param topic string
+---@param value nil|boolean|number|string|table
+function mods.send(topic, value) end
+
+---Calls fn(value, topic, sender) with a copy of each message on `topic`.
+---@param topic string
+---@param fn fun(value: any, topic: string, sender: string)
+---@return mods.Subscription
+function mods.subscribe(topic, fn) end
+
+---On a reload, fn gets a copy of what the previous instance's on_unload returned.
+---@param fn fun(state: any)|nil
+function mods.on_load(fn) end
+
+---fn() runs before this mod is unloaded or reloaded; on a reload its result
+---(copied like a message) goes to the new instance's on_load.
+---@param fn fun(): any|nil
+function mods.on_unload(fn) end
+
+---@param name string
+---@return boolean
+function mods.is_loaded(name) end
+
+---@return string[] the loaded mods in load order
+function mods.list() end
+
+---@return mods.Stats
+function mods.stats() end
+
+---@type lunaloop
+_G.task = task
+
+return task
