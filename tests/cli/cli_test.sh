@@ -95,10 +95,12 @@ case_usage_errors() {
   if grep -E '^lunaloop: .*\.$' "$ERR" >/dev/null; then fail "message ends with a period"; fi
 }
 
-case_not_yet() {
-  ll mods somewhere
+# `mods` exists now (issue #6, tests/mods/mods_cli_test.sh has its cases):
+# a folder that cannot be read is a usage error.
+case_mods_bad_dir() {
+  ll mods somewhere-that-does-not-exist
   expect_status 2
-  expect_err "^lunaloop: 'mods' is not available yet$"
+  expect_err "^lunaloop: mods: cannot read 'somewhere-that-does-not-exist'"
 }
 
 case_syntax_error() {
