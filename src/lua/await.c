@@ -170,12 +170,12 @@ static bool predicate_step(luna_loop *loop, void *arg) {
 
 static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
                      luna_timer_kind kind, int64_t deadline) {
-  int rc = luna_timer_add(t->b->loop, timing, kind, deadline, timer_cb, t, &t->timer);
+  int rc = luna_timer_add(t->b->loop, timing, kind, deadline, timer_cb, t, &t->on.timer.id);
   if (rc != 0)
     return luaL_error(L, "lunaloop: cannot add a timer: %s", luna_strerror(rc));
   t->wait = LUNA__W_TIMER;
   t->timing = (uint8_t)timing;
-  t->deadline = deadline;
+  t->on.timer.deadline = deadline;
   t->timer_kind = (uint8_t)kind;
   return luna__suspend(L, t);
 }
@@ -235,7 +235,7 @@ static int wait_predicate(lua_State *L, bool until, const char *what) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   timing = luna__opt_timing(L, 2, LUNA_UPDATE);
   t = luna__check_await_in(L, luna__upvalue_binding(L), what);
-  rc = luna_item_add(t->b->loop, timing, predicate_step, t, &t->item);
+  rc = luna_item_add(t->b->loop, timing, predicate_step, t, &t->on.item);
   if (rc != 0)
     return luaL_error(L, "%s: %s", what, luna_strerror(rc));
   t->until = until;
@@ -275,10 +275,10 @@ static int l_await(lua_State *L) {
   }
   if (target == t)
     return luaL_argerror(L, 1, "a task cannot await itself");
-  for (p = target; p != NULL && p->wait == LUNA__W_TASK; p = p->target)
-    if (p->target == t)
+  for (p = target; p != NULL && p->wait == LUNA__W_TASK; p = p->on.target)
+    if (p->on.target == t)
       return luaL_argerror(L, 1, "await cycle: that task is (indirectly) awaiting this one");
-  t->target = target;
+  t->on.target = target;
   t->aw_prev = target->aw_tail;
   t->aw_next = NULL;
   if (target->aw_tail != NULL)

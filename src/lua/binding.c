@@ -371,7 +371,7 @@ LUNA_API int luna_lua_spawn(lua_State *L, int nargs, const char *name) {
   t = luna__new_task(L, b, fn_idx, nargs);
   if (name != NULL) {
     lua_pushstring(L, name);
-    lua_setiuservalue(L, -2, 2);
+    luna__set_name(L, -2);
   }
   lua_replace(L, fn_idx);
   lua_settop(L, fn_idx);

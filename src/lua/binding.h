@@ -1,8 +1,8 @@
 /*
 ** binding.h: the Lua binding's private state, shared by the files of src/lua.
 **
-** A task is a full userdata (luna__task) whose first user value is its
-** coroutine and whose second is its explicit name (or nil). While a task is
+** A task is a full userdata (luna__task) whose one user value is its
+** coroutine; its name, rarely set, lives in a weak-keyed side table. While a task is
 ** not settled, the binding holds it in a reference table, so the garbage
 ** collector never frees a task that something may still wake.
 **
@@ -67,29 +67,33 @@ typedef enum luna__wait {
 struct luna__task {
   luna__binding *b;
   lua_State *co;      /* the coroutine; kept alive by user value 1 */
+  uint64_t id;        /* creation number, from 1 */
+  luna__task *prev, *next;       /* live tasks, creation order */
+  luna__task *aw_prev, *aw_next; /* links among the awaiters of on.target */
+  luna__task *aw_head, *aw_tail; /* tasks awaiting this one, in order */
+  luna__task *cancel_next;       /* queued cancellations */
+  /* What the current wait holds; a task waits on one thing at a time. */
+  union {
+    struct {
+      luna_timer_id id;
+      int64_t deadline; /* ns, or a frame number (introspection) */
+    } timer;            /* LUNA__W_TIMER */
+    luna_item_id item;  /* LUNA__W_PREDICATE */
+    luna__task *target; /* LUNA__W_TASK: the task awaited */
+  } on;
   int ref;            /* in the reference table while not settled */
+  int nresume;        /* values pushed on co for the next resume */
+  uint32_t pending;   /* continuations and ready entries holding this task */
+  uint32_t created_frame; /* frame count at creation, modulo 2^32 */
   uint8_t state;      /* luna__state */
   uint8_t wait;       /* luna__wait */
   uint8_t timing;     /* timing of the current wait */
+  uint8_t timer_kind; /* luna_timer_kind of the current timer wait */
   bool cancel_requested;
   bool resume_error;  /* the next resume raises the value on top of co */
   bool until;         /* predicate wait: true for wait_until */
-  bool reported;      /* its failure was handed to the error handler */
   bool interrupt;     /* raise the cancellation error once at the next await
                          without cancelling the task (scope bodies) */
-  int nresume;        /* values pushed on co for the next resume */
-  uint32_t pending;   /* continuations and ready entries holding this task */
-  uint64_t id;        /* creation number, from 1 */
-  uint64_t created_frame;
-  luna_timer_id timer;
-  luna_item_id item;
-  int64_t deadline;   /* of the current timer wait: ns, or a frame number */
-  uint8_t timer_kind; /* luna_timer_kind of the current timer wait */
-  luna__task *target;           /* the task awaited (LUNA__W_TASK) */
-  luna__task *aw_prev, *aw_next; /* links among target's awaiters */
-  luna__task *aw_head, *aw_tail; /* tasks awaiting this one, in order */
-  luna__task *prev, *next;      /* live tasks, creation order */
-  luna__task *cancel_next;      /* queued cancellations */
 };
 
 /* A task.on or task.every handle: calls one Lua function, from a runner item
@@ -214,6 +218,10 @@ void luna__cancel(luna__binding *b, luna__task *t);
 void luna__interrupt(luna__binding *b, luna__task *t);
 /* Cancels every live task in creation order. Returns how many. */
 size_t luna__cancel_all(luna__binding *b);
+/* Pushes the name of the task at idx (a string, or nil) and returns its
+   type; luna__set_name pops a string or nil and names the task at idx. */
+int luna__push_name(lua_State *L, int idx);
+void luna__set_name(lua_State *L, int idx);
 /* A queued continuation of t was dropped by the core (reset): forget it. */
 void luna__drop_continuation(luna__task *t);
 /* Pushes the task's userdata (it must be live or on a stack). */

@@ -92,7 +92,7 @@ static int l_cancel_requested(lua_State *L) {
 static int l_report(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
   luna__task *t = luna__check_task(L, 3);
-  lua_getiuservalue(L, 3, 2);
+  luna__push_name(L, 3);
   if (lua_type(L, -1) == LUA_TSTRING)
     lua_pushfstring(L, "task %s", lua_tostring(L, -1));
   else

@@ -75,7 +75,7 @@ int luna__l_info(lua_State *L) {
   uint64_t frame = t->b->loop != NULL ? luna_loop_frame_count(t->b->loop) : 0;
   lua_createtable(L, 0, 9);
   set_int(L, "id", (lua_Integer)t->id);
-  lua_getiuservalue(L, 1, 2);
+  luna__push_name(L, 1);
   lua_setfield(L, -2, "name");
   lua_pushstring(L, luna__status_name(t));
   lua_setfield(L, -2, "status");
@@ -90,16 +90,16 @@ int luna__l_info(lua_State *L) {
   }
   if (wait != NULL && t->wait == LUNA__W_TIMER && t->state == LUNA__SUSPENDED) {
     if (t->timer_kind == LUNA_TIMER_FRAME)
-      set_int(L, "deadline", (lua_Integer)t->deadline);
+      set_int(L, "deadline", (lua_Integer)t->on.timer.deadline);
     else {
-      lua_pushnumber(L, luna_ns_to_seconds(t->deadline));
+      lua_pushnumber(L, luna_ns_to_seconds(t->on.timer.deadline));
       lua_setfield(L, -2, "deadline");
     }
     lua_pushstring(L, kinds[t->timer_kind]);
     lua_setfield(L, -2, "clock");
   }
   set_int(L, "created_frame", (lua_Integer)t->created_frame);
-  set_int(L, "age", (lua_Integer)(frame - t->created_frame));
+  set_int(L, "age", (lua_Integer)((uint32_t)frame - t->created_frame));
   if (push_tracebacks(L, false)) {
     lua_pushvalue(L, 1);
     lua_rawget(L, -2);

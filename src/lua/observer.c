@@ -27,7 +27,7 @@ static void fill_event(luna__task *t, luna_lua_task_event *ev) {
   if (t->ref == LUA_NOREF || !lua_checkstack(L, 3))
     return;
   luna__push_task(L, t);
-  if (lua_getiuservalue(L, -1, 2) == LUA_TSTRING)
+  if (luna__push_name(L, -1) == LUA_TSTRING)
     ev->name = lua_tostring(L, -1);
   lua_pop(L, 2);
 }

@@ -52,6 +52,41 @@ const char *luna__status_name(const luna__task *t) {
   }
 }
 
+/* ---- names --------------------------------------------------------------- */
+
+/* Names are rare, so they live in a weak-keyed side table rather than in a
+   user value that every task would pay for. */
+static const char names_key = 'n';
+
+int luna__push_name(lua_State *L, int idx) {
+  int type;
+  idx = lua_absindex(L, idx);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &names_key) != LUA_TTABLE)
+    return LUA_TNIL; /* the nil pushed is the answer */
+  lua_pushvalue(L, idx);
+  type = lua_rawget(L, -2);
+  lua_remove(L, -2);
+  return type;
+}
+
+void luna__set_name(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &names_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &names_key);
+  }
+  lua_pushvalue(L, idx);
+  lua_pushvalue(L, -3);
+  lua_rawset(L, -3);
+  lua_pop(L, 2);
+}
+
 /* ---- bookkeeping ------------------------------------------------------------ */
 
 static void link_live(luna__binding *b, luna__task *t) {
@@ -90,7 +125,7 @@ static void maybe_release(luna__binding *b, luna__task *t) {
 }
 
 static void unlink_awaiter(luna__task *a) {
-  luna__task *target = a->target;
+  luna__task *target = a->on.target;
   if (a->aw_prev != NULL)
     a->aw_prev->aw_next = a->aw_next;
   else
@@ -100,17 +135,17 @@ static void unlink_awaiter(luna__task *a) {
   else
     target->aw_tail = a->aw_prev;
   a->aw_prev = a->aw_next = NULL;
-  a->target = NULL;
+  a->on.target = NULL;
 }
 
 /* Removes whatever the task waits on that can be removed now. */
 static void disarm(luna__binding *b, luna__task *t) {
   switch ((luna__wait)t->wait) {
   case LUNA__W_TIMER:
-    luna_timer_cancel(b->loop, t->timer);
+    luna_timer_cancel(b->loop, t->on.timer.id);
     break;
   case LUNA__W_PREDICATE:
-    luna_item_remove(b->loop, t->item);
+    luna_item_remove(b->loop, t->on.item);
     break;
   case LUNA__W_TASK:
     unlink_awaiter(t);
@@ -187,7 +222,7 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
 static void push_label(lua_State *L, luna__task *t, int task_idx) {
   lua_Debug ar;
   int level = 0;
-  lua_getiuservalue(L, task_idx, 2);
+  luna__push_name(L, task_idx);
   if (lua_type(L, -1) == LUA_TSTRING)
     return;
   lua_pop(L, 1);
@@ -288,7 +323,6 @@ static void finish_error(luna__binding *b, luna__task *t) {
     lua_xmove(L, t->co, 2);
     settle(b, t, LUNA__FAILED);
     if (!awaited) {
-      t->reported = true;
       lua_pushfstring(L, "task %s", lua_tostring(L, label));
       luna__report(b, L, err, tb, task_idx, lua_tostring(L, -1));
     }
@@ -394,7 +428,7 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   lua_State *co;
   int i;
   fn_idx = lua_absindex(L, fn_idx);
-  t = (luna__task *)lua_newuserdatauv(L, sizeof *t, 2);
+  t = (luna__task *)lua_newuserdatauv(L, sizeof *t, 1);
   memset(t, 0, sizeof *t);
   t->ref = LUA_NOREF;
   luaL_setmetatable(L, LUNA__TASK_MT);
@@ -409,7 +443,7 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t->state = LUNA__PENDING;
   t->nresume = nargs;
   t->id = ++b->next_id;
-  t->created_frame = luna_loop_frame_count(b->loop);
+  t->created_frame = (uint32_t)luna_loop_frame_count(b->loop);
   luna__push_refs(L);
   lua_pushvalue(L, -2);
   t->ref = luaL_ref(L, -2);

@@ -70,8 +70,7 @@ static int l_close(lua_State *L) {
 
 static int l_tostring(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
-  lua_getiuservalue(L, 1, 2);
-  if (lua_type(L, -1) == LUA_TSTRING)
+  if (luna__push_name(L, 1) == LUA_TSTRING)
     lua_pushfstring(L, "Task(%s, %s)", lua_tostring(L, -1), luna__status_name(t));
   else
     lua_pushfstring(L, "Task(#%I, %s)", (lua_Integer)t->id, luna__status_name(t));
@@ -83,7 +82,7 @@ static int l_index(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
   const char *key = lua_tostring(L, 2);
   if (key != NULL && strcmp(key, "name") == 0) {
-    lua_getiuservalue(L, 1, 2);
+    luna__push_name(L, 1);
     return 1;
   }
   if (key != NULL && strcmp(key, "id") == 0) {
@@ -104,7 +103,7 @@ static int l_newindex(lua_State *L) {
   if (!lua_isnil(L, 3) && lua_type(L, 3) != LUA_TSTRING)
     return luaL_argerror(L, 3, "expected a string or nil for name");
   lua_settop(L, 3);
-  lua_setiuservalue(L, 1, 2);
+  luna__set_name(L, 1);
   return 0;
 }
 
