@@ -64,6 +64,15 @@ local function await_input(x)
   return await(x)
 end
 
+-- A failure of input x that the combinator does not raise, because another
+-- input already decided its outcome. Our watcher was its only awaiter, so
+-- unreported it would be lost.
+local function report_ignored(x, ok, err)
+  if not ok and not is_cancelled(err) then
+    if is_task(x) then I.report(err, x:traceback(), x) else I.report(err, nil, nil) end
+  end
+end
+
 -- A watcher awaits one input and hands the outcome to `notify`.
 local function watcher(x, i, notify) notify(i, pcall(await_input, x)) end
 
@@ -101,11 +110,11 @@ function M.when_all(...)
   local state = {what = "task.when_all", waiting = false}
   local results, remaining, failed, err_value, live = {}, n, false, nil, true
   local function notify(i, ok, v)
-    if not live then return end
+    if not live or failed then return report_ignored(tasks[i], ok, v) end
     if ok then
       results[i] = v
       remaining = remaining - 1
-    elseif not failed then
+    else
       failed, err_value = true, v
     end
     if state.waiting and (remaining == 0 or failed) then wake(me) end
@@ -129,7 +138,7 @@ function M.when_any(...)
   local state = {what = "task.when_any", waiting = false}
   local winner, outcome, live = nil, nil, true
   local function notify(i, ...)
-    if not live or winner then return end
+    if not live or winner then return report_ignored(tasks[i], ...) end
     winner, outcome = i, pack(...)
     if state.waiting then wake(me) end
   end
@@ -167,6 +176,8 @@ function M.timeout(seconds, fn, ...)
     if live and outcome == nil then
       outcome = v
       if state.waiting then wake(me) end
+    elseif v ~= "timeout" then
+      report_ignored(child, v[1], v[2])
     end
   end
   local w = spawn(function() settle(pack(pcall(await_input, child))) end)

@@ -87,10 +87,16 @@ static int l_cancel_requested(lua_State *L) {
   return 1;
 }
 
-/* report(err, traceback, t): hands an error that would otherwise be lost to
-   the error handler, as a failure of task t. */
+/* report(err, traceback, t | nil): hands an error that would otherwise be
+   lost to the error handler, as a failure of task t (nil: of a promise
+   given to a combinator). */
 static int l_report(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
+  lua_settop(L, 3);
+  if (lua_isnil(L, 3)) {
+    luna__report(b, L, 1, lua_isnil(L, 2) ? 0 : 2, 0, "promise");
+    return 0;
+  }
   luna__task *t = luna__check_task(L, 3);
   luna__push_name(L, 3);
   if (lua_type(L, -1) == LUA_TSTRING)

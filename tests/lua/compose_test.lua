@@ -66,6 +66,28 @@ H.case("errors_of_tasks_left_running_are_still_reported", function()
   H.eq({reports[1].err, reports[1].task}, {"late failure", loser})
 end)
 
+H.case("when_all_reports_a_second_failure_it_does_not_raise", function()
+  -- Regression: both children fail in the same run; the first is raised,
+  -- the second was dropped silently.
+  local reports, restore = H.capture_errors()
+  local out = run_task(function()
+    return task.when_all(function() error("a", 0) end, function() error("b", 0) end)
+  end)
+  H.frames(1)
+  restore()
+  H.eq({out.values[1], out.values[2], #reports, reports[1] and reports[1].err}, {false, "a", 1, "b"})
+end)
+
+H.case("when_any_reports_a_loser_that_failed_before_it_returned", function()
+  local reports, restore = H.capture_errors()
+  local out = run_task(function()
+    return task.when_any(function() return "w" end, function() error("lost", 0) end)
+  end)
+  H.frames(1)
+  restore()
+  H.eq({out.values[2], out.values[3], #reports, reports[1] and reports[1].err}, {1, "w", 1, "lost"})
+end)
+
 H.case("when_all_with_a_cancelled_given_task_raises_the_cancellation", function()
   local victim = task.spawn(function() task.delay_frame(5) end)
   local out = run_task(function() return task.when_all(victim, function() task.delay_frame(9) end) end)
