@@ -140,11 +140,9 @@ static bool predicate_step(luna_loop *loop, void *arg) {
   lua_pushvalue(t->co, 1);
   lua_xmove(t->co, L, 1);
   luna__running = L;
-  if (b->observer.on_call != NULL)
-    b->observer.on_call(b->observer.ud, L, true);
+  LUNA__OBSERVE(b, on_call, L, true);
   st = lua_pcall(L, 0, 1, 0);
-  if (b->observer.on_call != NULL)
-    b->observer.on_call(b->observer.ud, L, false);
+  LUNA__OBSERVE(b, on_call, L, false);
   luna__running = outer;
   if (t->state != LUNA__SUSPENDED || t->wait != LUNA__W_PREDICATE) {
     /* The predicate cancelled its own task: its item is already removed. */

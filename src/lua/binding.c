@@ -24,6 +24,8 @@ lua_State *volatile luna__running = NULL;
 
 luna__binding *luna__get_binding(lua_State *L) {
   luna__binding *b;
+  if (L == NULL) /* a host's bad input: the public API answers EINVAL, 0 or NULL */
+    return NULL;
   lua_rawgetp(L, LUA_REGISTRYINDEX, &binding_key);
   b = (luna__binding *)lua_touserdata(L, -1);
   lua_pop(L, 1);
@@ -118,11 +120,9 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
       lua_pushvalue(L, task_idx);
     else
       lua_pushnil(L);
-    if (b->observer.on_call != NULL)
-      b->observer.on_call(b->observer.ud, L, true);
+    LUNA__OBSERVE(b, on_call, L, true);
     st = lua_pcall(L, 3, 0, 0);
-    if (b->observer.on_call != NULL)
-      b->observer.on_call(b->observer.ud, L, false);
+    LUNA__OBSERVE(b, on_call, L, false);
     if (st != LUA_OK) {
       fprintf(stderr, "lunaloop: error handler failed: %s\n",
               luaL_tolstring(L, -1, NULL));
@@ -364,7 +364,7 @@ LUNA_API size_t luna_lua_cancel_all(lua_State *L) {
 LUNA_API int luna_lua_spawn(lua_State *L, int nargs, const char *name) {
   luna__binding *b = luna__get_binding(L);
   luna__task *t;
-  int fn_idx = lua_gettop(L) - nargs;
+  int fn_idx = b != NULL ? lua_gettop(L) - nargs : 0;
   if (b == NULL || b->loop == NULL || nargs < 0 || fn_idx < 1 ||
       !lua_isfunction(L, fn_idx))
     return LUNA_EINVAL;

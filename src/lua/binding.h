@@ -127,6 +127,19 @@ typedef struct luna__observer {
   void (*on_call)(void *ud, lua_State *L, bool begin);
 } luna__observer;
 
+/* Observer slots: each owner has its own, so a tracer and mod budgets can
+   watch one state at the same time. */
+enum { LUNA__OBSERVER_BUDGET = 0, LUNA__OBSERVER_PUBLIC = 1, LUNA__OBSERVERS = 2 };
+
+/* Calls `hook` of every installed observer of binding b with the arguments. */
+#define LUNA__OBSERVE(b, hook, ...)                                            \
+  do {                                                                         \
+    int obs_i_;                                                                \
+    for (obs_i_ = 0; obs_i_ < LUNA__OBSERVERS; obs_i_++)                       \
+      if ((b)->observers[obs_i_].hook != NULL)                                 \
+        (b)->observers[obs_i_].hook((b)->observers[obs_i_].ud, __VA_ARGS__);   \
+  } while (0)
+
 struct luna__binding {
   lua_State *L;          /* the main thread of the state */
   lua_State *exec_L;     /* thread that calls callbacks at depth 0 */
@@ -150,7 +163,7 @@ struct luna__binding {
   bool cancelling;
   luna__task *cancel_head, *cancel_tail;
   uint64_t spread_seq;
-  luna__observer observer;
+  luna__observer observers[LUNA__OBSERVERS];
   bool creation_traceback; /* task.debug{creation_traceback}: keep a traceback
                               of every task's spawn (luna__note_creation) */
   /* resumes per timing in the current frame (introspection) */
@@ -265,7 +278,7 @@ int luna__l_info(lua_State *L);
 const char *luna__wait_name(const luna__task *t);
 /* Installs (or, with NULL, removes) the observer of L's binding. Returns
    false when L has no binding. */
-bool luna__set_observer(lua_State *L, const luna__observer *observer);
+bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer);
 /* Keeps a traceback of the code that is creating the Task on top of L (the
    calling thread), for t:info().traceback. Called by luna__new_task only
    while b->creation_traceback is on. */

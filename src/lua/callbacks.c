@@ -62,11 +62,9 @@ static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top
   lua_getiuservalue(L, -1, 1);        /* the function */
   lua_pushvalue(L, top + 1);
   luna__running = L;
-  if (b->observer.on_call != NULL)
-    b->observer.on_call(b->observer.ud, L, true);
+  LUNA__OBSERVE(b, on_call, L, true);
   st = lua_pcall(L, 1, 0, top + 2);
-  if (b->observer.on_call != NULL)
-    b->observer.on_call(b->observer.ud, L, false);
+  LUNA__OBSERVE(b, on_call, L, false);
   luna__running = outer;
   if (st != LUA_OK) {
     lua_Debug ar;

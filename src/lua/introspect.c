@@ -14,12 +14,12 @@ const char *luna__wait_name(const luna__task *t) {
   return names[t->wait];
 }
 
-bool luna__set_observer(lua_State *L, const luna__observer *observer) {
+bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer) {
   luna__binding *b = luna__get_binding(L);
   static const luna__observer none = {NULL, NULL, NULL, NULL};
   if (b == NULL)
     return false;
-  b->observer = observer != NULL ? *observer : none;
+  b->observers[slot] = observer != NULL ? *observer : none;
   return true;
 }
 

@@ -58,7 +58,7 @@ int luna_lua_set_observer(lua_State *L, const luna_lua_observer *observer) {
   if (b == NULL)
     return LUNA_EINVAL;
   if (observer == NULL) {
-    luna__set_observer(L, NULL);
+    luna__set_observer(L, LUNA__OBSERVER_PUBLIC, NULL);
     return 0;
   }
   if (!lua_checkstack(L, 2))
@@ -75,7 +75,7 @@ int luna_lua_set_observer(lua_State *L, const luna_lua_observer *observer) {
   }
   a->pub = *observer;
   luna__observer hooks = {.on_thread = on_thread, .on_resume = on_resume, .ud = a};
-  luna__set_observer(L, &hooks);
+  luna__set_observer(L, LUNA__OBSERVER_PUBLIC, &hooks);
   return 0;
 }
 

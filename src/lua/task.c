@@ -365,8 +365,7 @@ static void resume(luna__binding *b, luna__task *t, int nargs) {
   b->current = t;
   b->depth++;
   count_resume(b);
-  if (b->observer.on_resume != NULL)
-    b->observer.on_resume(b->observer.ud, t, true);
+  LUNA__OBSERVE(b, on_resume, t, true);
   luna__running = t->co;
   st = lua_resume(t->co, from, nargs, &nres);
   while (st == LUA_YIELD && t->wait == LUNA__W_NONE) {
@@ -375,8 +374,7 @@ static void resume(luna__binding *b, luna__task *t, int nargs) {
     st = lua_resume(t->co, from, 0, &nres);
   }
   luna__running = outer_running;
-  if (b->observer.on_resume != NULL)
-    b->observer.on_resume(b->observer.ud, t, false);
+  LUNA__OBSERVE(b, on_resume, t, false);
   b->depth--;
   b->current = outer;
 
@@ -451,8 +449,7 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   link_live(b, t);
   if (b->creation_traceback)
     luna__note_creation(L);
-  if (b->observer.on_thread != NULL)
-    b->observer.on_thread(b->observer.ud, t);
+  LUNA__OBSERVE(b, on_thread, t);
   return t;
 }
 

@@ -146,6 +146,6 @@ void luna__budget_install(luna__mod *m) {
   obs.on_resume = on_resume;
   obs.ud = m;
   obs.on_call = on_call;
-  luna__set_observer(m->L, &obs);
+  luna__set_observer(m->L, LUNA__OBSERVER_BUDGET, &obs);
   set_count(m->L, m->step);
 }

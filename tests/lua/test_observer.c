@@ -15,6 +15,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "binding.h"
 #include "lunaloop.h"
 #include "lunaloop_lua.h"
 
@@ -116,10 +117,46 @@ static void set_observer_needs_a_binding(void **state) {
   lua_close(L);
 }
 
+static void count_internal_resume(void *ud, luna__task *t, bool begin) {
+  (void)t;
+  if (begin)
+    (*(int *)ud)++;
+}
+
+/* Regression: the binding had one observer slot, so installing a tracer on
+   a mod's state replaced the mod's instruction budget. Each owner now has
+   its own slot and both see every resume. */
+static void public_and_internal_observers_see_the_same_resumes(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  int public_begins = 0, internal_begins = 0;
+  luna_lua_observer obs = {NULL, on_begin, on_end, &public_begins};
+  luna__observer internal = {NULL, count_internal_resume, &internal_begins, NULL};
+  (void)state;
+  seen[0] = '\0';
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_state(loop);
+  assert_true(luna__set_observer(L, LUNA__OBSERVER_BUDGET, &internal));
+  assert_int_equal(luna_lua_set_observer(L, &obs), 0);
+  run(L, "for i = 1, 3 do task.spawn(function() task.yield(); task.yield() end) end");
+  assert_int_equal(luna_loop_frame(loop, 0.01), 0);
+  assert_int_equal(luna_loop_frame(loop, 0.01), 0);
+  assert_int_equal(public_begins, 9);
+  assert_int_equal(internal_begins, 9);
+  /* removing the public one leaves the internal one in place */
+  assert_int_equal(luna_lua_set_observer(L, NULL), 0);
+  run(L, "task.spawn(function() end)");
+  assert_int_equal(public_begins, 9);
+  assert_int_equal(internal_begins, 10);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(observer_sees_every_resume_with_its_name_and_timing),
       cmocka_unit_test(set_observer_needs_a_binding),
+      cmocka_unit_test(public_and_internal_observers_see_the_same_resumes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
