@@ -9,6 +9,10 @@
 **
 ** Lifetimes: a Task is a Lua value; it stays alive while it is not settled
 ** (the binding holds it) and is collected like any value afterwards.
+**
+** Bad input: given a NULL state, or one without a binding, the functions
+** below return LUNA_EINVAL, 0, NULL or false, as each says. Not detectable,
+** so undefined: a state that was closed, a pointer that is not a lua_State.
 */
 #ifndef LUNALOOP_LUA_H
 #define LUNALOOP_LUA_H
@@ -43,8 +47,11 @@ LUNA_API int luaopen_lunaloop(lua_State *L);
    closing the state, or before (then the state's tasks are cancelled at
    luna_loop_free and the module raises "loop was freed" afterwards).
    Closing the state cancels its tasks first (to-be-closed variables run) and
-   removes everything it queued on the loop. Returns 0, LUNA_EINVAL for NULL
-   arguments, LUNA_ESTATE if the state already has a loop, LUNA_ENOMEM. */
+   removes everything it queued on the loop. Returns 0; LUNA_EINVAL for NULL
+   arguments, or when the module cannot be opened in L (it needs the
+   standard base, table, string and math libraries: luaL_openlibs first);
+   LUNA_ESTATE if the state already has a loop; LUNA_ENOMEM. On error L is
+   left without a binding and the loop untouched. */
 LUNA_API int luna_lua_attach(lua_State *L, luna_loop *loop);
 
 /* The loop of L's binding, or NULL when the module was not opened/attached. */

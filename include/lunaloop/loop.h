@@ -6,6 +6,15 @@
 ** any time, and the pure helpers of timing.h/error.h. "Loop thread" is a
 ** contract, not a check: the loop takes no locks.
 **
+** Bad input: the functions that return a code return LUNA_EINVAL for a NULL
+** loop, an unknown timing, clock or timer kind, a NULL callback and the
+** out-of-range numbers each one names; the getters return 0 for a NULL loop
+** (luna_loop_current_timing: -1; luna_loop_get_stats zeroes *out), and
+** luna_loop_free and luna_loop_stop ignore it. Not detectable, so
+** undefined: a loop that was freed (also one freed while another thread
+** posts to it), a pointer that is not a loop, a loop-thread function called
+** from another thread.
+**
 ** Each run of a timing does, in order (this is the whole scheduling model):
 **   1. move everything posted from other threads (luna_post) since the last
 **      run into the timing's continuation queue, keeping per-producer order;

@@ -305,13 +305,17 @@ void luna_loop_stop(luna_loop *loop) {
     loop->stop = true;
 }
 
-int luna_loop_fixed_steps(const luna_loop *loop) { return loop->fixed_steps_due; }
+int luna_loop_fixed_steps(const luna_loop *loop) {
+  return loop != NULL ? loop->fixed_steps_due : 0;
+}
 
 /* ---- clocks ---------------------------------------------------------------- */
 
-uint64_t luna_loop_frame_count(const luna_loop *loop) { return loop->frame; }
+uint64_t luna_loop_frame_count(const luna_loop *loop) { return loop != NULL ? loop->frame : 0; }
 
 luna_ns luna_loop_time(luna_loop *loop, luna_clock clock) {
+  if (loop == NULL)
+    return 0;
   switch (clock) {
   case LUNA_CLOCK_SCALED:
     return loop->clocks.scaled;
@@ -327,39 +331,49 @@ luna_ns luna_loop_time(luna_loop *loop, luna_clock clock) {
 }
 
 luna_ns luna_loop_delta(const luna_loop *loop) {
+  if (loop == NULL)
+    return 0;
   return loop->in_fixed_step ? loop->fixed_dt : loop->delta;
 }
 
-luna_ns luna_loop_unscaled_delta(const luna_loop *loop) { return loop->unscaled_delta; }
+luna_ns luna_loop_unscaled_delta(const luna_loop *loop) {
+  return loop != NULL ? loop->unscaled_delta : 0;
+}
 
 int luna_loop_set_time_scale(luna_loop *loop, double scale) {
-  if (isnan(scale) || isinf(scale) || scale < 0)
+  if (loop == NULL || isnan(scale) || isinf(scale) || scale < 0)
     return LUNA_EINVAL;
   loop->time_scale = scale;
   return 0;
 }
 
-double luna_loop_time_scale(const luna_loop *loop) { return loop->time_scale; }
+double luna_loop_time_scale(const luna_loop *loop) { return loop != NULL ? loop->time_scale : 0.0; }
 
 int luna_loop_set_fixed_dt(luna_loop *loop, luna_ns fixed_dt) {
-  if (fixed_dt <= 0)
+  if (loop == NULL || fixed_dt <= 0)
     return LUNA_EINVAL;
   loop->fixed_dt = fixed_dt;
   return 0;
 }
 
-luna_ns luna_loop_fixed_dt(const luna_loop *loop) { return loop->fixed_dt; }
+luna_ns luna_loop_fixed_dt(const luna_loop *loop) { return loop != NULL ? loop->fixed_dt : 0; }
 
 int luna_loop_set_realtime_source(luna_loop *loop, luna_time_fn fn, void *ud) {
+  if (loop == NULL)
+    return LUNA_EINVAL;
   luna__clocks_set_source(&loop->clocks, fn, ud);
   return 0;
 }
 
-int luna_loop_current_timing(const luna_loop *loop) { return loop->current; }
+int luna_loop_current_timing(const luna_loop *loop) { return loop != NULL ? loop->current : -1; }
 
 void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out) {
   int t;
+  if (out == NULL)
+    return;
   memset(out, 0, sizeof *out);
+  if (loop == NULL)
+    return;
   out->frames = loop->frame;
   out->fixed_steps = loop->fixed_steps_run;
   out->dropped_fixed_steps = loop->dropped_fixed_steps;
@@ -458,7 +472,7 @@ int luna_loop_set_profiling(luna_loop *loop, bool on) {
   return 0;
 }
 
-bool luna_loop_profiling(const luna_loop *loop) { return loop->profiling; }
+bool luna_loop_profiling(const luna_loop *loop) { return loop != NULL && loop->profiling; }
 
 int luna_loop_set_cost_source(luna_loop *loop, luna_time_fn fn, void *ud) {
   if (loop == NULL)

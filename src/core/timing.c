@@ -39,7 +39,7 @@ const char *luna_timing_name(int timing) {
 
 int luna_timing_parse(const char *name, size_t len, luna_timing *out) {
   int i = find_name(timing_names, LUNA_TIMING_COUNT, name, len);
-  if (i < 0)
+  if (i < 0 || out == NULL)
     return LUNA_EINVAL;
   *out = (luna_timing)i;
   return 0;
@@ -60,7 +60,7 @@ const char *luna_clock_name(int clock) {
 
 int luna_clock_parse(const char *name, size_t len, luna_clock *out) {
   int i = find_name(clock_names, LUNA_CLOCK_COUNT, name, len);
-  if (i < 0)
+  if (i < 0 || out == NULL)
     return LUNA_EINVAL;
   *out = (luna_clock)i;
   return 0;
@@ -80,7 +80,7 @@ luna_ns luna__round_ns(double x) {
 }
 
 int luna_seconds_to_ns(double seconds, luna_ns *out) {
-  if (isnan(seconds) || isinf(seconds) || seconds < 0)
+  if (out == NULL || isnan(seconds) || isinf(seconds) || seconds < 0)
     return LUNA_EINVAL;
   *out = luna__round_ns(seconds * 1e9);
   return 0;

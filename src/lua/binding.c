@@ -291,18 +291,48 @@ static int create_binding(lua_State *L, luna_loop *loop, bool owns) {
 /* The module table's builder lives in module.c. */
 int luna__open_module(lua_State *L, luna__binding *b);
 
+/* luna_lua_attach's work, in protected mode: (loop) -> nothing. A failure
+   of create_binding raises its code as an integer. */
+static int attach_protected(lua_State *L) {
+  luna_loop *loop = (luna_loop *)lua_touserdata(L, 1);
+  int rc = create_binding(L, loop, false);
+  if (rc != 0) {
+    lua_pushinteger(L, rc);
+    return lua_error(L);
+  }
+  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 0);
+  return 0;
+}
+
 LUNA_API int luna_lua_attach(lua_State *L, luna_loop *loop) {
-  int rc;
+  luna__binding *b;
+  int st, rc;
   if (L == NULL || loop == NULL)
     return LUNA_EINVAL;
   if (luna__get_binding(L) != NULL)
     return LUNA_ESTATE;
-  rc = create_binding(L, loop, false);
-  if (rc != 0)
-    return rc;
-  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 0);
+  /* Protected, so that a state without the standard libraries the module
+     uses, or out of memory, gets an error code instead of a Lua panic. */
+  if (!lua_checkstack(L, 3))
+    return LUNA_ENOMEM;
+  lua_pushcfunction(L, attach_protected);
+  lua_pushlightuserdata(L, loop);
+  st = lua_pcall(L, 1, 0, 0);
+  if (st == LUA_OK)
+    return 0;
+  rc = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1)
+                            : st == LUA_ERRMEM ? LUNA_ENOMEM : LUNA_EINVAL;
   lua_pop(L, 1);
-  return 0;
+  /* Undo a half-made binding: off the loop now, forgotten by the state (its
+     __gc then finds no loop). */
+  b = luna__get_binding(L);
+  if (b != NULL) {
+    luna_loop_remove_listener(loop, on_loop_event, b);
+    b->loop = NULL;
+    lua_pushnil(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &binding_key);
+  }
+  return rc;
 }
 
 LUNA_API int luaopen_lunaloop(lua_State *L) {
