@@ -162,13 +162,13 @@ struct luna__binding {
   /* cancellations requested while one is unwinding */
   bool cancelling;
   luna__task *cancel_head, *cancel_tail;
-  uint64_t spread_seq;
+  uint64_t spread_seq;   /* task.every{spread=true} registrations so far */
   luna__observer observers[LUNA__OBSERVERS];
   bool creation_traceback; /* task.debug{creation_traceback}: keep a traceback
                               of every task's spawn (luna__note_creation) */
   /* resumes per timing in the current frame (introspection) */
   uint64_t stats_frame;
-  uint32_t resumes[LUNA_TIMING_COUNT + 1]; /* [LUNA_TIMING_COUNT]: outside any run */   /* task.every{spread=true} registrations so far */
+  uint32_t resumes[LUNA_TIMING_COUNT + 1]; /* [LUNA_TIMING_COUNT]: outside any run */
   /* reporting and exit */
   uint64_t errors;
   bool exit_requested;
