@@ -254,6 +254,19 @@ static void a_promise_collected_while_the_host_holds_it(void **state) {
   assert_int_equal(luna__promise_live_count(), 0);
 }
 
+/* A promise nobody can complete any more (the host released its only
+   reference) and Lua no longer reaches: collected, freed, nothing leaks. */
+static void a_promise_nobody_can_complete_is_collected(void **state) {
+  fixture *f = *state;
+  run(f->L, "p = host.promise()");
+  assert_int_equal(luna_promise_release(slots[0]), 0);
+  slots[0] = NULL;
+  assert_int_equal(luna__promise_live_count(), 1);
+  run(f->L, "assert(p:status() == 'pending'); p = nil; collectgarbage(); collectgarbage()");
+  assert_int_equal(luna__promise_live_count(), 0);
+  assert_int_equal(cancel_calls[0], 1);
+}
+
 /* A completion already posted when the Promise is collected: the delivery
    finds nobody and frees the data, on the loop thread. */
 static void a_completion_in_flight_to_a_collected_promise(void **state) {
@@ -548,6 +561,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(only_the_last_awaiter_cancelled_gives_the_promise_up, setup, teardown),
       cmocka_unit_test_setup_teardown(cancel_from_lua_and_close, setup, teardown),
       cmocka_unit_test_setup_teardown(a_promise_collected_while_the_host_holds_it, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_promise_nobody_can_complete_is_collected, setup, teardown),
       cmocka_unit_test_setup_teardown(a_completion_in_flight_to_a_collected_promise, setup, teardown),
       cmocka_unit_test_setup_teardown(a_promise_never_completed_keeps_its_task_suspended, setup, teardown),
       cmocka_unit_test_setup_teardown(completing_after_a_reset_does_nothing_to_lua, setup, teardown),
