@@ -119,7 +119,8 @@ LUNA_API int luna_lua_set_observer(lua_State *L, const luna_lua_observer *observ
 /* Task resumes per timing in the current frame of L's binding (what
    task.stats() reports as `resumes`): out[t] for timing t, and
    out[LUNA_TIMING_COUNT] for resumes outside any run. Returns the frame the
-   counts belong to, or 0 (all zero) when L has no binding. */
+   counts belong to, or 0 (all zero) when L has no binding; NULL L or out
+   returns 0 and writes nothing. */
 LUNA_API uint64_t luna_lua_resume_counts(lua_State *L, uint64_t out[LUNA_TIMING_COUNT + 1]);
 
 /* Async-signal-safe: makes the task, callback or predicate that the binding

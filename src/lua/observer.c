@@ -80,9 +80,12 @@ int luna_lua_set_observer(lua_State *L, const luna_lua_observer *observer) {
 }
 
 uint64_t luna_lua_resume_counts(lua_State *L, uint64_t out[LUNA_TIMING_COUNT + 1]) {
-  luna__binding *b = luna__get_binding(L);
+  luna__binding *b;
   uint64_t frame;
   int i;
+  if (L == NULL || out == NULL)
+    return 0;
+  b = luna__get_binding(L);
   for (i = 0; i <= LUNA_TIMING_COUNT; i++)
     out[i] = 0;
   if (b == NULL || b->loop == NULL)

@@ -88,6 +88,8 @@ static void observer_sees_every_resume_with_its_name_and_timing(void **state) {
   assert_int_equal(counts[LUNA_LAST_UPDATE], 1);
   assert_int_equal(counts[LUNA_PRE_LATE_UPDATE], 1);
   assert_int_equal(counts[LUNA_TIMING_COUNT], 0);
+  assert_int_equal(luna_lua_resume_counts(L, NULL), 0);
+  assert_int_equal(luna_lua_resume_counts(NULL, counts), 0);
 
   /* a host spawn resumes outside any run: timing -1 */
   seen[0] = '\0';
