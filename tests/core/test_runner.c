@@ -16,30 +16,8 @@
 #include "loop_internal.h"
 #include "lunaloop.h"
 #include "test_log.h"
+#include "loop_fixture.h"
 
-typedef struct fixture {
-  counting_alloc ca;
-  luna_loop *loop;
-} fixture;
-
-static int setup(void **state) {
-  static fixture f;
-  luna_config c;
-  counting_init(&f.ca);
-  c = counting_config(&f.ca);
-  if (luna_loop_new(&c, &f.loop) != 0)
-    return -1;
-  log_clear();
-  *state = &f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  luna_loop_free(f->loop);
-  ASSERT_NO_LEAKS(&f->ca);
-  return 0;
-}
 
 static bool log_step(luna_loop *loop, void *arg) {
   (void)loop;
