@@ -129,6 +129,13 @@ LUNA_API uint64_t luna_lua_resume_counts(lua_State *L, uint64_t out[LUNA_TIMING_
    Does nothing when the binding runs no Lua code. */
 LUNA_API void luna_lua_interrupt(void);
 
+/* Pushes a string for the value at idx, as tostring() would, and returns
+   it; never raises: when a __tostring metamethod raises or returns a
+   non-string, pushes "(a <type> value whose __tostring failed)" instead.
+   For reporting error values that may come from untrusted code. A
+   __tostring that never returns still hangs (no hook is installed). */
+LUNA_API const char *luna_lua_tostring(lua_State *L, int idx);
+
 LUNA_END_DECLS
 
 #endif

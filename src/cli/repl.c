@@ -223,7 +223,7 @@ static int l_io_write(lua_State *L) {
 /* The error handler of the REPL's state (task.on_error): the foreground
    chunk's error as the stock `lua` shows it, other tasks' with their name. */
 static int l_on_error(lua_State *L) {
-  const char *msg = luaL_tolstring(L, 1, NULL);
+  const char *msg = luna_lua_tostring(L, 1);
   const char *tb = lua_tostring(L, 2);
   luaL_Buffer b;
   luaL_buffinit(L, &b);

@@ -87,12 +87,32 @@ void luna__push_last_traceback(lua_State *L) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, &traceback_key);
 }
 
+static int tostring_protected(lua_State *L) {
+  luaL_tolstring(L, 1, NULL);
+  return 1;
+}
+
+LUNA_API const char *luna_lua_tostring(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    lua_pushvalue(L, idx);
+    return lua_tostring(L, -1);
+  }
+  lua_pushcfunction(L, tostring_protected);
+  lua_pushvalue(L, idx);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    lua_pop(L, 1);
+    lua_pushfstring(L, "(a %s value whose __tostring failed)", luaL_typename(L, idx));
+  }
+  return lua_tostring(L, -1);
+}
+
 /* ---- error reporting ---------------------------------------------------------- */
 
 /* The default report: "lunaloop: task <name> failed: <msg>" and the traceback
    on stderr. */
 static void default_report(lua_State *L, int err_idx, int tb_idx, const char *who) {
-  const char *msg = luaL_tolstring(L, err_idx, NULL);
+  const char *msg = luna_lua_tostring(L, err_idx);
   fprintf(stderr, "lunaloop: %s failed: %s\n", who, msg);
   lua_pop(L, 1);
   if (tb_idx != 0 && lua_type(L, tb_idx) == LUA_TSTRING)
@@ -123,10 +143,13 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
     LUNA__OBSERVE(b, on_call, L, true);
     st = lua_pcall(L, 3, 0, 0);
     LUNA__OBSERVE(b, on_call, L, false);
-    if (st != LUA_OK) {
+    /* A cancellation raised by the handler (task.exit there, or it
+       cancelled the task it runs in) is no failure of the handler: it saw
+       the error; the task it cancelled unwinds at its next await. */
+    if (st != LUA_OK && !luna__is_cancel_error(L, -1)) {
       fprintf(stderr, "lunaloop: error handler failed: %s\n",
-              luaL_tolstring(L, -1, NULL));
-      lua_pop(L, 1);
+              luna_lua_tostring(L, -1));
+      lua_pop(L, 2);
       default_report(L, err_idx, tb_idx, what);
     }
   } else {

@@ -167,10 +167,10 @@ static int report_error(lua_State *L) {
     if (lua_pcall(L, 3, 0, 0) == LUA_OK)
       return 0;
     luna__mods_report(m->set, m->man.name, "its task.on_error handler failed: %s",
-                      luaL_tolstring(L, -1, NULL));
+                      luna_lua_tostring(L, -1));
     lua_settop(L, 3);
   }
-  msg = luaL_tolstring(L, 1, NULL);
+  msg = luna_lua_tostring(L, 1);
   if (tb != NULL)
     luna__mods_report(m->set, m->man.name, "%s failed: %s\n%s", what, msg, tb);
   else

@@ -127,6 +127,16 @@ case_task_error() {
   expect_err '^lunaloop: task .* failed: .*boom'
 }
 
+case_error_value_with_failing_tostring() {
+  ll run --fast "$S/bad_tostring.lua"
+  expect_status 1
+  expect_stdout "spawner still running
+main done"
+  expect_err '^lunaloop: task .*bad_tostring.lua:6 failed: \(a table value whose __tostring failed\)$'
+  expect_err '^lunaloop: error handler failed: \(a table value whose __tostring failed\)$'
+  expect_err '^lunaloop: task .* failed: .*plain$'
+}
+
 case_main_error() {
   ll run --fast "$S/main_error.lua"
   expect_status 1
