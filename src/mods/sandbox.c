@@ -135,14 +135,30 @@ static int l_dofile(lua_State *L) {
   return dofile_cont(L, 0, 0);
 }
 
+/* True when dir/rel can be opened for reading (a candidate file exists). */
+static bool file_exists(const luna__mod *m, const char *rel) {
+  char full[PATH_MAX];
+  FILE *f;
+  if ((size_t)snprintf(full, sizeof full, "%s/%s", m->dir, rel) >= sizeof full)
+    return false;
+  f = fopen(full, "r");
+  if (f != NULL)
+    fclose(f);
+  return f != NULL;
+}
+
 /* require(name): preloaded modules (lunaloop, mods and the whitelisted
    libraries), else name.lua or name/init.lua of the mod's folder, dots
-   meaning folders. Names are letters, digits, '_' and '-' between dots. */
+   meaning folders. Names are letters, digits, '_' and '-' between dots.
+   As with the stock require, a module that fails (missing, a syntax error,
+   an error while it runs) is not cached: requiring it again tries again and
+   raises the same error. While a module runs it is marked as loading, so a
+   cycle of requires is an error; the mark is removed when it fails. */
 static int l_require(lua_State *L) {
   luna__mod *m = luna__mod_of(L);
   size_t i, n;
   const char *name = luaL_checklstring(L, 1, &n);
-  char rel[PATH_MAX];
+  char rel[PATH_MAX], alt[PATH_MAX];
   lua_settop(L, 1);
   lua_rawgetp(L, LUA_REGISTRYINDEX, &loaded_key);
   lua_getfield(L, 2, name);
@@ -169,23 +185,26 @@ static int l_require(lua_State *L) {
                            "'-' and dots; modules come from the mod's own folder)", name);
     }
   }
+  memcpy(alt, rel, n);
   memcpy(rel + n, ".lua", 5);
-  {
-    char full[PATH_MAX];
-    FILE *f;
-    f = (size_t)snprintf(full, sizeof full, "%s/%s", m->dir, rel) < sizeof full
-            ? fopen(full, "r") : NULL;
-    if (f != NULL)
-      fclose(f);
-    else
-      memcpy(rel + n, "/init.lua", 10);
+  memcpy(alt + n, "/init.lua", 10);
+  if (!file_exists(m, rel)) {
+    if (!file_exists(m, alt))
+      return luaL_error(L, "require: cannot open module '%s' in the mod's folder:\n"
+                           "\tno file '%s'\n\tno file '%s'", name, rel, alt);
+    memcpy(rel, alt, n + 10);
   }
-  /* Mark it as loading, so that a cycle of requires is an error. */
+  /* Loading it (errors leave no mark), then running it marked as loading. */
+  luna__sandbox_loadfile(L, m, rel, "require");
   lua_pushlightuserdata(L, (void *)&loaded_key);
   lua_setfield(L, 2, name);
-  luna__sandbox_loadfile(L, m, rel, "require");
   lua_pushvalue(L, 1);
-  lua_call(L, 1, 1);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    lua_pushvalue(L, 1); /* the key exists: a raw set allocates nothing */
+    lua_pushnil(L);
+    lua_rawset(L, 2);
+    return lua_error(L);
+  }
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
     lua_pushboolean(L, 1);

@@ -158,6 +158,42 @@ static void files_only_from_the_mods_folder(void **state) {
             "print('ok')", files);
 }
 
+/* A module that fails is not cached (as with the stock require): each
+   require raises its real error again, not "loop in the modules required";
+   a missing module names every path tried; a real cycle is still caught. */
+static void require_does_not_cache_failures(void **state) {
+  static const char *const files[] = {
+      "s/bad.lua", "error('broken module')",
+      "s/syntax.lua", "return {",
+      "s/uses_bad.lua", "return require('bad')",
+      "s/flaky.lua", "tries = (tries or 0) + 1\n"
+                     "if tries == 1 then error('first try fails') end\n"
+                     "return {tries = tries}",
+      "s/loop_a.lua", "return require('loop_b')",
+      "s/loop_b.lua", "return require('loop_a')",
+      NULL};
+  (void)state;
+  expect_ok("for i = 1, 2 do\n"
+            "  local ok, err = pcall(require, 'bad')\n"
+            "  assert(not ok and err:find('bad.lua:1: broken module', 1, true), err)\n"
+            "  ok, err = pcall(require, 'syntax')\n"
+            "  assert(not ok and err:find('syntax.lua:1:', 1, true) and not err:find('loop'), err)\n"
+            "  ok, err = pcall(require, 'uses_bad')\n"
+            "  assert(not ok and err:find('broken module', 1, true), err)\n"
+            "  ok, err = pcall(require, 'no.such')\n"
+            "  assert(not ok and err:find(\"cannot open module 'no.such'\", 1, true), err)\n"
+            "  assert(err:find(\"no file 'no/such.lua'\", 1, true), err)\n"
+            "  assert(err:find(\"no file 'no/such/init.lua'\", 1, true), err)\n"
+            "  ok, err = pcall(require, 'loop_a')\n"
+            "  assert(not ok and err:find(\"loop in the modules required by 'loop_a'\", 1, true), err)\n"
+            "end\n"
+            "local ok, err = pcall(require, 'flaky')\n"
+            "assert(not ok and err:find('first try fails', 1, true), err)\n"
+            "local m = require('flaky')\n"
+            "assert(m.tries == 2 and require('flaky') == m and tries == 2)\n"
+            "print('ok')", files);
+}
+
 /* A symbolic link inside the folder cannot lead out of it. */
 static void symlinks_cannot_lead_out(void **state) {
   fixture *f = fx_new(NULL);
@@ -299,6 +335,7 @@ int main(void) {
       cmocka_unit_test(string_metatable_tricks_stay_inside_the_mod),
       cmocka_unit_test(load_gives_the_sandbox_environment),
       cmocka_unit_test(files_only_from_the_mods_folder),
+      cmocka_unit_test(require_does_not_cache_failures),
       cmocka_unit_test(symlinks_cannot_lead_out),
       cmocka_unit_test(setmetatable_refuses_gc),
       cmocka_unit_test(getmetatable_hides_binding_metatables),
