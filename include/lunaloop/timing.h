@@ -43,6 +43,15 @@ typedef int64_t luna_ns;
 #define LUNA_NS_MAX ((luna_ns)1 << 62)
 #define LUNA_NS_PER_SECOND INT64_C(1000000000)
 
+/* The clocks stay below this (2^61 ns, about 73 years): a frame that would
+   push one past it is refused, so a deadline "now + delay" always has room
+   and never saturates at LUNA_NS_MAX while time still runs. */
+#define LUNA_CLOCK_MAX (LUNA_NS_MAX / 2)
+
+/* The largest time scale accepted (at 1e6 a 1/60 s frame is 4.6 hours of
+   scaled time; anything larger is almost surely a bug). */
+#define LUNA_TIME_SCALE_MAX 1e6
+
 /* The clocks a delay can be measured on. */
 typedef enum luna_clock {
   LUNA_CLOCK_SCALED = 0,   /* += dt * time_scale each frame (the default) */

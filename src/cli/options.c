@@ -113,8 +113,9 @@ static int parse_options(int argc, char **argv, luna_run_options *opts, bool rep
       opts->frames = (uint64_t)n;
       break;
     case OPT_TIME_SCALE:
-      if (!parse_double(optarg, &opts->time_scale) || opts->time_scale < 0)
-        return bad_value(name, optarg, "a number >= 0");
+      if (!parse_double(optarg, &opts->time_scale) || opts->time_scale < 0 ||
+          opts->time_scale > LUNA_TIME_SCALE_MAX)
+        return bad_value(name, optarg, "a number from 0 to 1e6");
       break;
     case OPT_SEED:
       if (!parse_integer(optarg, true, &opts->seed))

@@ -229,9 +229,11 @@ int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt) {
     return LUNA_EINVAL;
   if (busy(loop))
     return LUNA_ESTATE;
-  if (dt > LUNA_NS_MAX)
-    dt = LUNA_NS_MAX;
+  if (dt > LUNA_CLOCK_MAX - loop->clocks.unscaled)
+    return LUNA_EINVAL;
   scaled = luna__scale_ns(dt, loop->time_scale);
+  if (scaled > LUNA_CLOCK_MAX - loop->clocks.scaled)
+    return LUNA_EINVAL;
   loop->frame++;
   loop->unscaled_delta = dt;
   loop->delta = scaled;
@@ -341,7 +343,7 @@ luna_ns luna_loop_unscaled_delta(const luna_loop *loop) {
 }
 
 int luna_loop_set_time_scale(luna_loop *loop, double scale) {
-  if (loop == NULL || isnan(scale) || isinf(scale) || scale < 0)
+  if (loop == NULL || isnan(scale) || scale < 0 || scale > LUNA_TIME_SCALE_MAX)
     return LUNA_EINVAL;
   loop->time_scale = scale;
   return 0;

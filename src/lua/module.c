@@ -142,8 +142,8 @@ static int l_time_scale(lua_State *L) {
   if (!lua_isnoneornil(L, 1)) {
     lua_Number v = luaL_checknumber(L, 1);
     if (luna_loop_set_time_scale(b->loop, (double)v) != 0)
-      return luaL_argerror(L, 1, lua_pushfstring(L, "expected a finite, non-negative "
-                                                 "time scale, got %f", v));
+      return luaL_argerror(L, 1, lua_pushfstring(L, "expected a time scale from 0 to "
+                                                 "1e6, got %f", v));
   }
   lua_pushnumber(L, luna_loop_time_scale(b->loop));
   return 1;

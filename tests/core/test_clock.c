@@ -123,6 +123,8 @@ static void time_scale_rejects_negative_nan_and_infinite(void **state) {
   assert_int_equal(luna_loop_set_time_scale(f->loop, -0.5), LUNA_EINVAL);
   assert_int_equal(luna_loop_set_time_scale(f->loop, NAN), LUNA_EINVAL);
   assert_int_equal(luna_loop_set_time_scale(f->loop, INFINITY), LUNA_EINVAL);
+  assert_int_equal(luna_loop_set_time_scale(f->loop, 1e300), LUNA_EINVAL);
+  assert_int_equal(luna_loop_set_time_scale(f->loop, LUNA_TIME_SCALE_MAX * 2), LUNA_EINVAL);
   assert_true(luna_loop_time_scale(f->loop) == 1.0);
   assert_int_equal(luna_loop_set_time_scale(f->loop, 0.0), 0);
   luna_loop_frame(f->loop, 0.5);
@@ -189,6 +191,31 @@ static void default_realtime_is_monotonic_from_zero(void **state) {
   (void)f;
 }
 
+/* Regression: luna_loop_frame(loop, 1e10) clamped the clocks at 2^62 ns for
+   good, after which every delay ended at the next frame. A frame that would
+   push a clock past LUNA_CLOCK_MAX is refused and changes nothing. */
+static void a_frame_that_would_overflow_a_clock_is_refused(void **state) {
+  fixture *f = *state;
+  assert_int_equal(luna_loop_frame(f->loop, 1e10), LUNA_EINVAL);
+  assert_int_equal(luna_loop_frame_count(f->loop), 0);
+  assert_int_equal(luna_loop_time(f->loop, LUNA_CLOCK_UNSCALED), 0);
+  assert_int_equal(luna_loop_frame_ns(f->loop, LUNA_CLOCK_MAX), 0);
+  assert_int_equal(luna_loop_frame_ns(f->loop, 1), LUNA_EINVAL);
+  /* with a large time scale it is the scaled clock that would overflow */
+  assert_int_equal(luna_loop_set_time_scale(f->loop, LUNA_TIME_SCALE_MAX), 0);
+  assert_int_equal(luna_loop_frame(f->loop, 0.0), 0);
+}
+
+static void a_huge_time_scale_cannot_saturate_the_scaled_clock(void **state) {
+  fixture *f = *state;
+  assert_int_equal(luna_loop_set_time_scale(f->loop, LUNA_TIME_SCALE_MAX), 0);
+  /* one hour at 1e6 is 114 years of scaled time: refused, nothing moves */
+  assert_int_equal(luna_loop_frame(f->loop, 3600.0), LUNA_EINVAL);
+  assert_int_equal(luna_loop_time(f->loop, LUNA_CLOCK_SCALED), 0);
+  assert_int_equal(luna_loop_frame(f->loop, 1.0 / 60), 0);
+  assert_true(luna_loop_time(f->loop, LUNA_CLOCK_SCALED) > 0);
+}
+
 static void fixed_dt_setter_validates(void **state) {
   fixture *f = *state;
   assert_int_equal(luna_loop_fixed_dt(f->loop), 20000000);
@@ -211,6 +238,8 @@ int main(void) {
       T(a_source_installed_right_after_creation_starts_at_zero),
       T(default_realtime_is_monotonic_from_zero),
       T(fixed_dt_setter_validates),
+      T(a_frame_that_would_overflow_a_clock_is_refused),
+      T(a_huge_time_scale_cannot_saturate_the_scaled_clock),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
