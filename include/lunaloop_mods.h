@@ -89,7 +89,9 @@ typedef struct luna_mod_info {
   size_t memory_peak;         /* the most it ever used, over all its loads */
   size_t tasks;               /* tasks alive */
   size_t callbacks;           /* task.on / task.every callbacks registered */
-  uint64_t errors;            /* errors reported by its current state */
+  uint64_t errors;            /* errors reported by all its loads: of its
+                                 tasks and callbacks, while its tasks were
+                                 cancelled at unload, of on_load/on_unload */
   uint64_t budget_overruns;   /* since it was last (re)loaded */
   uint64_t memory_overruns;   /* since it was last (re)loaded */
   uint64_t loads;             /* times its mod.lua was loaded (1 + reloads) */
@@ -128,6 +130,16 @@ LUNA_API int luna_mods_load(luna_mods *set, const char *path);
    variables run). The mod stays listed as UNLOADED. 0, LUNA_ENOENT (no such
    mod), LUNA_ESTATE (inside a mod). */
 LUNA_API int luna_mods_unload(luna_mods *set, const char *name);
+
+/* Unloads every loaded mod in reverse load order, as luna_mods_free does
+   (tasks cancelled, to-be-closed variables run, on_unload not called), but
+   keeps the set: the mods stay listed, as UNLOADED, and what goes wrong
+   while they close (a to-be-closed variable that raises, runs out of memory
+   or over its budget) is reported and counted in luna_mods_error_count and
+   the mods' errors. For a host that reports once everything has closed, as
+   `lunaloop mods` does. 0, LUNA_EINVAL (NULL set), LUNA_ESTATE (inside a
+   mod). */
+LUNA_API int luna_mods_unload_all(luna_mods *set);
 
 /* Unloads and loads a mod again from its folder, re-reading its manifest.
    A table returned by its on_unload handler is copied into the new state and
@@ -169,7 +181,9 @@ LUNA_API lua_State *luna_mods_state(const luna_mods *set, const char *name);
    for delivery: what `lunaloop mods` runs until. */
 LUNA_API bool luna_mods_alive(const luna_mods *set);
 
-/* Errors reported by all mods so far (tasks, callbacks, loads, disables). */
+/* Errors reported by all mods so far (tasks, callbacks, loads, disables,
+   failures of on_load and on_unload, errors while a mod's tasks are
+   cancelled at unload). */
 LUNA_API uint64_t luna_mods_error_count(const luna_mods *set);
 
 /* The message of the last failed call on the set ("" if none). */

@@ -5,7 +5,8 @@
 ** message waits), --frames frames have run, or Ctrl-C. The set reloads mods
 ** whose files change, and disables those that keep overrunning their
 ** instruction budget or memory cap; a summary of every mod goes to stderr
-** at the end.
+** at the end, after every mod has been unloaded (so that errors raised while
+** their tasks are cancelled are counted).
 */
 #include <errno.h>
 #include <getopt.h>
@@ -245,8 +246,10 @@ static const char *state_name(luna_mod_state s) {
   }
 }
 
-/* One line per mod on stderr: name, version, state, and why when not loaded. */
-static void summary(const luna_mods *set) {
+/* One line per mod on stderr: name, version, state, and why when not loaded.
+   `states` (may be NULL) holds each mod's state from before the final
+   unload, which leaves every loaded mod UNLOADED. */
+static void summary(const luna_mods *set, const luna_mod_state *states) {
   size_t i, n = luna_mods_count(set);
   fflush(stdout);
   fprintf(stderr, LUNA_PROGNAME ": mods:");
@@ -254,6 +257,8 @@ static void summary(const luna_mods *set) {
     luna_mod_info info;
     if (luna_mods_get_info(set, i, &info) != 0)
       continue;
+    if (states != NULL)
+      info.state = states[i];
     fprintf(stderr, "\n  %s %s: %s, %llu error%s, peak memory %zu KiB", info.name,
             info.version, state_name(info.state), (unsigned long long)info.errors,
             info.errors == 1 ? "" : "s", (info.memory_peak + 1023) / 1024);
@@ -295,8 +300,20 @@ int luna__cli_mods(int argc, char **argv, int first) {
   } else if (luna_mods_count(set) == 0) {
     status = luna__cli_usage_error("mods: no mods in '%s' (folders with a mod.lua)", o.dir);
   } else {
+    size_t i, n;
+    luna_mod_state *states;
     ok = drive(set, loop, &o.run);
-    summary(set);
+    n = luna_mods_count(set);
+    states = (luna_mod_state *)malloc(n * sizeof *states);
+    for (i = 0; states != NULL && i < n; i++) {
+      luna_mod_info info;
+      states[i] = luna_mods_get_info(set, i, &info) == 0 ? info.state : LUNA_MOD_UNLOADED;
+    }
+    /* Unload first, so that the errors raised while the mods' tasks are
+       cancelled are reported before the summary and counted in it. */
+    luna_mods_unload_all(set);
+    summary(set, states);
+    free(states);
     if (luna__interrupted())
       status = LUNA_EXIT_INTERRUPTED;
     else

@@ -275,12 +275,33 @@ static int call_on_unload(lua_State *L) {
   return 0;
 }
 
+static int cancel_all(lua_State *L) {
+  luna_lua_cancel_all(L);
+  return 0;
+}
+
+/* Closes m's state. Its tasks are cancelled first, in a protected call
+   while the state is whole, so that what goes wrong in their to-be-closed
+   variables (an error, "not enough memory", the budget) is reported and
+   counted in m->errors_before like any other error; lua_close would do the
+   same cancellations, but after the count had been taken. */
 static void close_state(luna__mod *m) {
+  int base;
   if (m->L == NULL)
     return;
-  m->errors_before += luna_lua_error_count(m->L);
+  base = lua_gettop(m->L);
   m->running++;
+  m->set->busy++;
   m->closing = true;
+  lua_pushcfunction(m->L, cancel_all);
+  if (lua_pcall(m->L, 0, 0, 0) != LUA_OK) {
+    luna__mods_report(m->set, m->man.name, "cancelling its tasks failed: %s",
+                      luna_lua_tostring(m->L, -1));
+    m->errors_before++;
+  }
+  lua_settop(m->L, base);
+  m->set->busy--;
+  m->errors_before += luna_lua_error_count(m->L);
   lua_close(m->L);
   m->closing = false;
   m->running--;
@@ -316,8 +337,10 @@ bool luna__mod_open(luna__mod *m) {
   }
   m->state = LUNA_MOD_LOADED;
   if (m->carry != NULL) {
-    if (!luna__mod_pcall(m, call_on_load, m, true))
+    if (!luna__mod_pcall(m, call_on_load, m, true)) {
       luna__mods_report(set, m->man.name, "on_load failed: %s", m->last_error);
+      m->errors_before++;
+    }
     free(m->carry);
     m->carry = NULL;
     m->carry_len = 0;
@@ -335,8 +358,10 @@ void luna__mod_close(luna__mod *m, bool call_unload, bool keep) {
     return;
   if (call_unload) {
     unload_ctx u = {m, keep};
-    if (!luna__mod_pcall(m, call_on_unload, &u, true))
+    if (!luna__mod_pcall(m, call_on_unload, &u, true)) {
       luna__mods_report(m->set, m->man.name, "on_unload failed: %s", m->last_error);
+      m->errors_before++;
+    }
   }
   close_state(m);
 }

@@ -66,7 +66,9 @@ struct luna__mod {
   uint64_t budget_overruns, memory_overruns;
   bool disable_pending;
   uint64_t loads;
-  uint64_t errors_before;     /* errors of states closed earlier */
+  uint64_t errors_before;     /* errors of states closed earlier (including
+                                 those of their cancellation at close), and
+                                 failures of on_load and on_unload */
   /* hot reload */
   uint64_t signature;
   /* carried state for on_load, serialized (bus.c format) */

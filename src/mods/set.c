@@ -465,6 +465,22 @@ LUNA_API int luna_mods_unload(luna_mods *set, const char *name) {
   return 0;
 }
 
+LUNA_API int luna_mods_unload_all(luna_mods *set) {
+  size_t i;
+  if (set == NULL)
+    return LUNA_EINVAL;
+  if (inside_mod(set))
+    return LUNA_ESTATE;
+  for (i = set->nmods; i-- > 0;) {
+    luna__mod *m = set->mods[i];
+    if (m->L == NULL)
+      continue;
+    luna__mod_close(m, false, false);
+    m->state = LUNA_MOD_UNLOADED;
+  }
+  return 0;
+}
+
 LUNA_API int luna_mods_reload(luna_mods *set, const char *name) {
   luna__mod *m;
   if (set == NULL || name == NULL)

@@ -71,6 +71,29 @@ case_frames() {
   expect_err '^  f 0: loaded, 0 errors'
 }
 
+# Errors raised while the mods unload at the end (their tasks cancelled:
+# a __close that runs out of memory or over its budget) are reported before
+# the summary, counted in it, and give exit status 1.
+case_shutdown_errors() {
+  mkdir -p "$TMP/b" "$TMP/m"
+  printf '%s\n' 'task.spawn(function()' \
+    '  local r <close> = setmetatable({}, {__close = function() while true do end end})' \
+    '  task.delay(1000)' 'end)' >"$TMP/b/mod.lua"
+  printf '%s\n' 'task.spawn(function()' \
+    '  local r <close> = setmetatable({}, {__close = function()' \
+    '    local t = {}; for i = 1, 100 do t[i] = string.rep("x", 100000) .. i end' \
+    '  end})' \
+    '  task.delay(1000)' 'end)' >"$TMP/m/mod.lua"
+  ll mods --fast --frames 2 --budget 100000 --memory 1m "$TMP"
+  expect_status 1
+  expect_err "^lunaloop: mod 'b': task failed: b/mod\.lua:2: instruction budget exceeded"
+  expect_err "^lunaloop: mod 'm': task failed: not enough memory$"
+  expect_err '^  b 0: loaded, 1 error,'
+  expect_err '^  m 0: loaded, 1 error,'
+  tail -n 3 "$ERR" | head -n 1 | grep -q '^lunaloop: mods:$' ||
+    fail "the summary is not the last thing on stderr"
+}
+
 case_usage_errors() {
   ll mods
   expect_status 2

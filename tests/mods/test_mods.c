@@ -386,6 +386,72 @@ static void unload_cancels_tasks(void **state) {
   fx_free(f);
 }
 
+/* An on_unload that fails (here: its result cannot be copied) is reported
+   and counted, in the set's count and in the mod's errors. */
+static void failed_on_unload_is_counted(void **state) {
+  fixture *f = fx_new(NULL);
+  (void)state;
+  fx_write(f, "m/mod.lua",
+           "mods.on_unload(function() return {f = function() end} end)\n"
+           "task.on(function() end)\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  fx_frames(f, 1);
+  assert_int_equal(luna_mods_error_count(f->set), 0);
+  assert_int_equal(luna_mods_reload(f->set, "m"), 0);
+  assert_has(f->rep, "m: on_unload failed: ");
+  assert_has(f->rep, "value.f");
+  assert_int_equal(luna_mods_error_count(f->set), 1);
+  assert_int_equal(fx_info(f, "m").errors, 1);
+  fx_free(f);
+}
+
+/* luna_mods_unload_all closes every mod (on_unload not called) and counts
+   what fails while their tasks are cancelled: a to-be-closed variable that
+   raises, runs over its budget or out of memory. */
+static void unload_all_counts_errors_of_the_cancellation(void **state) {
+  luna_mods_config c = budget_config(3);
+  fixture *f;
+  (void)state;
+  c.memory_limit = 1024 * 1024;
+  f = fx_new(&c);
+  fx_write(f, "a/mod.lua",
+           "mods.on_unload(function() print('never') end)\n"
+           "task.spawn(function()\n"
+           "  local r <close> = setmetatable({}, {__close = function() error('close fails') end})\n"
+           "  task.delay(100)\n"
+           "end)\n");
+  fx_write(f, "b/mod.lua",
+           "task.spawn(function()\n"
+           "  local r <close> = setmetatable({}, {__close = function() while true do end end})\n"
+           "  task.delay(100)\n"
+           "end)\n");
+  fx_write(f, "c/mod.lua",
+           "task.spawn(function()\n"
+           "  local r <close> = setmetatable({}, {__close = function()\n"
+           "    local t = {}\n"
+           "    for i = 1, 100 do t[i] = string.rep('x', 100000) .. i end\n"
+           "  end})\n"
+           "  task.delay(100)\n"
+           "end)\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  fx_frames(f, 1);
+  assert_int_equal(luna_mods_error_count(f->set), 0);
+  assert_int_equal(luna_mods_unload_all(f->set), 0);
+  assert_has(f->rep, "close fails");
+  assert_has(f->rep, "b: task failed: b/mod.lua:2: instruction budget exceeded");
+  assert_has(f->rep, "c: task failed: not enough memory");
+  assert_lacks(f->out, "never");
+  assert_int_equal(fx_info(f, "a").errors, 1);
+  assert_int_equal(fx_info(f, "b").errors, 1);
+  assert_int_equal(fx_info(f, "c").errors, 1);
+  assert_int_equal(luna_mods_error_count(f->set), 3);
+  assert_int_equal(fx_info(f, "a").state, LUNA_MOD_UNLOADED);
+  assert_false(luna_mods_alive(f->set));
+  assert_int_equal(luna_mods_unload_all(f->set), 0); /* nothing left to close */
+  assert_int_equal(luna_mods_error_count(f->set), 3);
+  fx_free(f);
+}
+
 /* Changing a file of a mod reloads it at the next check. */
 static void hot_reload_on_file_change(void **state) {
   luna_mods_config c;
@@ -541,6 +607,8 @@ int main(void) {
       cmocka_unit_test(memory_cap_refuses_and_host_continues),
       cmocka_unit_test(reload_cancels_tasks_and_carries_state),
       cmocka_unit_test(unload_cancels_tasks),
+      cmocka_unit_test(failed_on_unload_is_counted),
+      cmocka_unit_test(unload_all_counts_errors_of_the_cancellation),
       cmocka_unit_test(hot_reload_on_file_change),
       cmocka_unit_test(hot_reload_retries_a_failed_mod),
       cmocka_unit_test(bus_copies_values_at_the_send),
