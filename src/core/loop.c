@@ -10,7 +10,11 @@
 /* True while the loop is calling out: a timing's callbacks, a host hook or a
    listener. The drivers (frame, begin_frame, run, reset, free) refuse then. */
 static bool busy(const luna_loop *loop) {
-  return loop->current >= 0 || loop->in_frame || loop->in_listener;
+  return loop->current >= 0 || loop->in_frame || loop->in_listener || loop->held > 0;
+}
+
+void luna__loop_hold(luna_loop *loop, int delta) {
+  loop->held += delta;
 }
 
 static bool valid_timing(int timing) {

@@ -54,6 +54,7 @@ struct luna_loop {
   int current;             /* timing running now, or -1 */
   bool in_frame;           /* inside luna_loop_frame (hooks included) */
   bool in_listener;        /* dispatching reset/free to listeners */
+  int held;          /* luna__loop_hold: a client runs code that must not drive frames */
   bool stop;               /* luna_loop_stop was called during a run */
 
   /* Statistics (see luna_loop_stats). */
@@ -84,5 +85,11 @@ struct luna_loop {
 static inline bool luna__loop_stopping(const luna_loop *loop) {
   return loop->stop;
 }
+
+/* Marks the loop held (+1) or releases it (-1): while held, the drivers
+   (frame, begin_frame, run, reset) return LUNA_ESTATE, as inside a
+   callback. The Lua binding holds the loop around every task resume, so a
+   host C function that a task calls cannot start a nested frame. */
+void luna__loop_hold(luna_loop *loop, int delta);
 
 #endif

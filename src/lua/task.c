@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "loop_internal.h"
 
 #if LUA_VERSION_NUM == 504 && LUA_VERSION_RELEASE_NUM >= 50406
 #define close_thread(co, from) lua_closethread((co), (from))
@@ -367,12 +368,14 @@ static void resume(luna__binding *b, luna__task *t, int nargs) {
   count_resume(b);
   LUNA__OBSERVE(b, on_resume, t, true);
   luna__running = t->co;
+  luna__loop_hold(b->loop, 1);
   st = lua_resume(t->co, from, nargs, &nres);
   while (st == LUA_YIELD && t->wait == LUNA__W_NONE) {
     lua_pop(t->co, nres);
     lua_sethook(t->co, bare_yield_hook, LUA_MASKCOUNT, 1);
     st = lua_resume(t->co, from, 0, &nres);
   }
+  luna__loop_hold(b->loop, -1);
   luna__running = outer_running;
   LUNA__OBSERVE(b, on_resume, t, false);
   b->depth--;

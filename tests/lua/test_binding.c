@@ -168,6 +168,39 @@ static void exit_stops_the_frame(void **state) {
   luna_loop_free(loop);
 }
 
+/* A host function that drives the loop. */
+static int l_host_frame(lua_State *L) {
+  luna_loop *loop = (luna_loop *)lua_touserdata(L, lua_upvalueindex(1));
+  lua_pushinteger(L, luna_loop_frame(loop, 0.016));
+  return 1;
+}
+
+/* Regression: a host C function called by the main task while
+   luna_lua_spawn was still running it (before its first await) could run a
+   nested frame, in which other tasks saw the main task as running and could
+   cancel it. The binding now holds the loop during every resume. */
+static void driving_the_loop_from_inside_a_task_is_refused(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_state(loop);
+  lua_pushlightuserdata(L, loop);
+  lua_pushcclosure(L, l_host_frame, 1);
+  lua_setglobal(L, "host_frame");
+  assert_int_equal(luaL_loadstring(L, "first = host_frame(); task.yield(); second = host_frame()"), LUA_OK);
+  assert_int_equal(luna_lua_spawn(L, 0, "main"), 0);
+  lua_settop(L, 0);
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  assert_int_equal(global_int(L, "first"), LUNA_ESTATE);
+  assert_int_equal(global_int(L, "second"), LUNA_ESTATE);
+  assert_int_equal(luna_loop_frame_count(loop), 1);
+  /* outside any task the host drives it as usual */
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(closing_a_state_cancels_only_its_tasks),
@@ -175,6 +208,7 @@ int main(void) {
       cmocka_unit_test(freeing_the_loop_first_cancels_tasks_and_module_reports_it),
       cmocka_unit_test(spawn_from_c_and_counts),
       cmocka_unit_test(exit_stops_the_frame),
+      cmocka_unit_test(driving_the_loop_from_inside_a_task_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
