@@ -272,6 +272,31 @@ static void budget_stops_loop_in_error_handler(void **state) {
   fx_free(f);
 }
 
+/* The handler has no budget of its own inside another run (docs/modding.md
+   "Errors"): a child that fails inside its spawner's run has the handler
+   called in that run, so a runaway handler stops the spawner too. */
+static void error_handler_shares_the_budget_of_the_reporting_run(void **state) {
+  luna_mods_config c = budget_config(3);
+  fixture *f = fx_new(&c);
+  (void)state;
+  fx_write(f, "h/mod.lua",
+           "task.on_error(function() while true do end end)\n"
+           "task.defer(function()\n"
+           "  task.spawn(function() error('child') end)\n"
+           "  print('spawner goes on')\n"
+           "end)\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  fx_frames(f, 2);
+  assert_has(f->rep, "h: task failed: h/mod.lua:3: child");
+  assert_lacks(f->out, "spawner goes on");
+  assert_has(f->rep, "h: task failed: h/mod.lua:1: instruction budget exceeded");
+  /* The spawner's failure is reported between runs: the handler is called
+     again, as a run of its own, and overruns its own fresh budget. */
+  assert_int_equal(fx_info(f, "h").budget_overruns, 2);
+  assert_int_equal(fx_info(f, "h").errors, 2); /* the child, then the spawner */
+  fx_free(f);
+}
+
 /* After max_overruns overruns the mod is disabled (its state closed, its
    tasks cancelled) with a report; the other mod keeps running. */
 static void repeated_overruns_disable_the_mod(void **state) {
@@ -603,6 +628,7 @@ int main(void) {
       cmocka_unit_test(budget_stops_loop_in_predicate),
       cmocka_unit_test(budget_stops_loop_in_per_tick_callback),
       cmocka_unit_test(budget_stops_loop_in_error_handler),
+      cmocka_unit_test(error_handler_shares_the_budget_of_the_reporting_run),
       cmocka_unit_test(repeated_overruns_disable_the_mod),
       cmocka_unit_test(memory_cap_refuses_and_host_continues),
       cmocka_unit_test(reload_cancels_tasks_and_carries_state),
