@@ -93,7 +93,9 @@ static int l_is_timeout(lua_State *L) {
 
 /* task.exit([code]): ends `lunaloop run` (or task.run): unwinds the calling
    task at once, stops the frame; the remaining tasks are then cancelled in
-   creation order. code defaults to 0, or 1 when an error was reported. */
+   creation order. code defaults to 0, or 1 when an error was reported. The
+   first call decides the code: one made later (say by a __close handler
+   while the remaining tasks are cancelled) does not change it. */
 static int l_exit(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
   lua_Integer code = -1;
@@ -101,8 +103,12 @@ static int l_exit(lua_State *L) {
     code = luaL_checkinteger(L, 1);
     luaL_argcheck(L, code >= 0 && code <= 255, 1, "expected an exit code from 0 to 255");
   }
-  b->exit_requested = true;
-  b->exit_code = (int)code;
+  /* The first exit wins: a later one (from a __close handler run by the
+     cancellations that follow the first) only unwinds its task. */
+  if (!b->exit_requested) {
+    b->exit_requested = true;
+    b->exit_code = (int)code;
+  }
   luna_loop_stop(b->loop);
   if (b->current != NULL) {
     b->current->cancel_requested = true;

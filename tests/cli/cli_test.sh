@@ -137,6 +137,11 @@ main done"
   expect_err '^lunaloop: task .* failed: .*plain$'
 }
 
+case_exit_first_code_wins() {
+  ll run --fast "$S/exit_first_wins.lua"
+  expect_status 12
+}
+
 case_main_error() {
   ll run --fast "$S/main_error.lua"
   expect_status 1
