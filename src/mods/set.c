@@ -266,7 +266,7 @@ static luna__mod *find_among(luna__mod **list, size_t n, const char *name) {
 }
 
 /* Marks the members of one dependency cycle among the pending mods as
-   failed, naming the whole cycle. */
+   failed, naming the whole cycle. Does nothing when no mod is pending. */
 static void break_cycle(luna_mods *set, luna__mod **pend, size_t npend) {
   luna__mod *path[256];
   size_t len = 0, i, start = 0;
@@ -275,6 +275,8 @@ static void break_cycle(luna_mods *set, luna__mod **pend, size_t npend) {
   for (i = 0; i < npend && cur == NULL; i++)
     if (pend[i]->state == PENDING)
       cur = pend[i];
+  if (cur == NULL)
+    return; /* (path stays empty: nothing to name) */
   while (cur != NULL && len < 256) {
     luna__mod *next = NULL;
     for (i = 0; i < len; i++)
