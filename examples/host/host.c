@@ -21,7 +21,9 @@
 **   (hud.lua), each with its own tasks. It ends when the game has no task
 **   left, stops the workers, runs one more frame so that completions still
 **   in flight are delivered, closes both states, frees the loop, and exits
-**   0 only if no script error was reported and no byte is left allocated.
+**   0 only if no script error was reported, the job counts add up (each job
+**   ends done, failed, stopped, taken off the queue or dropped) and no byte
+**   is left allocated.
 */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep, strerror_r */
@@ -163,8 +165,13 @@ typedef struct job {
   work_point from, to;   /* JOB_PATH */
 } job;
 
+/* Every submitted job ends in exactly one of the other counts, so they add
+   up to `submitted` (the host checks it at the end): done (resolved),
+   failed (rejected by its worker, or its result could not be delivered),
+   stopped (by its worker, the script having cancelled it), unqueued (taken
+   off the queue when cancelled) or dropped (still queued at shutdown). */
 typedef struct job_stats {
-  atomic_int submitted, done, failed, stopped, unqueued;
+  atomic_int submitted, done, failed, stopped, unqueued, dropped;
 } job_stats;
 
 static pool *workers;
@@ -238,6 +245,8 @@ static void run_job(pool_job *base) {
     int err = r == NULL ? ENOMEM : work_checksum(j->path, &r->crc, &r->bytes, job_stop, j);
     if (err == 0) {
       rc = luna_promise_resolve(j->promise, push_checksum, r, free);
+      if (rc != 0)
+        free(r);
     } else {
       char reason[128];
       free(r);
@@ -246,8 +255,8 @@ static void run_job(pool_job *base) {
       else if (strerror_r(err, reason, sizeof reason) != 0)
         snprintf(reason, sizeof reason, "error %d", err);
       snprintf(msg, sizeof msg, "cannot checksum '%s': %s", j->path, reason);
-      rc = luna_promise_reject(j->promise, msg);
-      atomic_fetch_add(&jstats.failed, 1);
+      luna_promise_reject(j->promise, msg);
+      rc = -1; /* failed, not done */
     }
   } else {
     work_grid g = {LEVEL_W, LEVEL_H, W.wall}; /* the level is read-only now */
@@ -266,6 +275,8 @@ static void run_job(pool_job *base) {
     free(huge);
     if (found == 1) {
       rc = luna_promise_resolve(j->promise, push_path, r, free_path);
+      if (rc != 0)
+        free_path(r);
     } else {
       free(r);
       if (found == -1) {
@@ -280,12 +291,13 @@ static void run_job(pool_job *base) {
       snprintf(msg, sizeof msg, found == 0 ? "no path from (%d,%d) to (%d,%d)"
                                            : "out of memory finding a path from (%d,%d) to (%d,%d)",
                j->from.x, j->from.y, j->to.x, j->to.y);
-      rc = luna_promise_reject(j->promise, msg);
-      atomic_fetch_add(&jstats.failed, 1);
+      luna_promise_reject(j->promise, msg);
+      rc = -1; /* failed, not done */
     }
   }
-  if (rc == 0)
-    atomic_fetch_add(&jstats.done, 1);
+  /* Only a delivered result is "done": a rejected job, or a result that
+     could not be delivered, is "failed". */
+  atomic_fetch_add(rc == 0 ? &jstats.done : &jstats.failed, 1);
   job_end(j);
 }
 
@@ -310,6 +322,7 @@ static void job_cancelled(luna_promise *p, void *ud) {
 static void job_dropped(pool_job *base) {
   job *j = (job *)base;
   luna_promise_reject(j->promise, "the host is shutting down");
+  atomic_fetch_add(&jstats.dropped, 1);
   job_end(j);
 }
 
@@ -633,6 +646,7 @@ int main(int argc, char **argv) {
   const char *dir = HOST_SCRIPT_DIR;
   long max_frames = 100000, nworkers = 3;
   uint64_t errors;
+  bool counts_ok;
   luna_ns last;
   int i, rc;
 
@@ -714,11 +728,19 @@ int main(int argc, char **argv) {
   pool_stop(workers);
   frame(&h, frame_ns);
   errors = luna_lua_error_count(game) + luna_lua_error_count(hud);
-  printf("[host] %llu frames; jobs: %d submitted, %d done, %d failed, %d stopped early by "
-         "their worker, %d taken off the queue\n",
-         (unsigned long long)luna_loop_frame_count(h.loop), atomic_load(&jstats.submitted),
-         atomic_load(&jstats.done), atomic_load(&jstats.failed), atomic_load(&jstats.stopped),
-         atomic_load(&jstats.unqueued));
+  {
+    int done = atomic_load(&jstats.done), failed = atomic_load(&jstats.failed);
+    int stopped = atomic_load(&jstats.stopped), unqueued = atomic_load(&jstats.unqueued);
+    int dropped = atomic_load(&jstats.dropped), submitted = atomic_load(&jstats.submitted);
+    printf("[host] %llu frames; jobs: %d submitted, %d done, %d failed, %d stopped early by "
+           "their worker, %d taken off the queue, %d dropped at shutdown\n",
+           (unsigned long long)luna_loop_frame_count(h.loop), submitted, done, failed, stopped,
+           unqueued, dropped);
+    /* The workers have all stopped: every job has ended, in one count. */
+    counts_ok = done + failed + stopped + unqueued + dropped == submitted;
+    if (!counts_ok)
+      printf("[host] error: the job counts do not add up to %d\n", submitted);
+  }
   if (luna_lua_task_count(game) > 0)
     errors++;
   lua_close(game); /* cancels what is left of its tasks first */
@@ -727,5 +749,5 @@ int main(int argc, char **argv) {
   free(W.route);
   printf("[host] %llu script error(s); %lld bytes in %lld blocks still allocated\n",
          (unsigned long long)errors, atomic_load(&mem.bytes), atomic_load(&mem.blocks));
-  return errors == 0 && atomic_load(&mem.bytes) == 0 ? 0 : 1;
+  return errors == 0 && counts_ok && atomic_load(&mem.bytes) == 0 ? 0 : 1;
 }
