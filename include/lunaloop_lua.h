@@ -129,6 +129,12 @@ LUNA_API uint64_t luna_lua_resume_counts(lua_State *L, uint64_t out[LUNA_TIMING_
    Does nothing when the binding runs no Lua code. */
 LUNA_API void luna_lua_interrupt(void);
 
+/* Ends an interrupt: until this is called, the interrupted code keeps
+   raising at every instruction (so a pcall cannot swallow it), except in
+   the to-be-closed handlers of the task it unwinds. Call it once the
+   driver has control again (after the frame), before cancelling tasks. */
+LUNA_API void luna_lua_interrupt_clear(void);
+
 /* Pushes a string for the value at idx, as tostring() would, and returns
    it; never raises: when a __tostring metamethod raises or returns a
    non-string, pushes "(a <type> value whose __tostring failed)" instead.

@@ -352,6 +352,7 @@ static void run_frame(luna_ns dt) {
     luna__trace_frame(R.trace, luna_loop_frame_count(R.loop) + 1, luna_lua_task_count(R.L));
   in_lua = 1;
   int rc = luna_loop_frame_ns(R.loop, dt);
+  luna_lua_interrupt_clear(); /* what Ctrl-C hit has unwound */
   in_lua = 0;
   if (rc < 0 && rc != LUNA_ESTOPPED)
     out_printf(stderr, LUNA_PROGNAME ": frame failed: %s\n", luna_strerror(rc));
@@ -462,6 +463,7 @@ static void start_task(const char *code, bool background) {
   in_lua = 1;
   int rc = luna_lua_spawn(L, 0, name);
   in_lua = 0;
+  luna_lua_interrupt_clear();
   if (rc < 0) {
     out_printf(stderr, LUNA_PROGNAME ": cannot start the chunk: %s\n", luna_strerror(rc));
     lua_pop(L, 1);

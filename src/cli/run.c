@@ -64,6 +64,9 @@ static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *
     /* LUNA_ESTOPPED means task.exit stopped the frame: the checks above see
        the request. */
     int rc = luna_loop_frame_ns(loop, dt);
+    /* An interrupt raised in this frame has unwound what it hit; the
+       cancellations that follow must run their cleanup normally. */
+    luna_lua_interrupt_clear();
     if (rc < 0 && rc != LUNA_ESTOPPED) {
       fprintf(stderr, LUNA_PROGNAME ": frame %llu failed: %s\n",
               (unsigned long long)luna_loop_frame_count(loop), luna_strerror(rc));
@@ -104,6 +107,7 @@ static int run_script(lua_State *L, luna_loop *loop, const luna_run_options *o,
      main chunk that never yields can be interrupted cleanly. */
   luna__signals_install();
   int rc = luna_lua_spawn(L, nargs, "main");
+  luna_lua_interrupt_clear();
   stop_reason why = STOP_FAILED;
   if (rc < 0) {
     fprintf(stderr, LUNA_PROGNAME ": cannot start the script: %s\n", luna_strerror(rc));

@@ -4,6 +4,7 @@
 ** state's tasks when the state closes or the loop is reset or freed, and
 ** reports errors.
 */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,10 +173,19 @@ int luna__set_handler(lua_State *L) {
 
 /* ---- interrupt -------------------------------------------------------------- */
 
+/* Set by luna_lua_interrupt, cleared by luna_lua_interrupt_clear. While it
+   is set, the hook raises at every instruction of the thread it sits on,
+   so a pcall around a runaway loop cannot swallow the interrupt. */
+static volatile sig_atomic_t interrupt_pending;
+
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
-  luna__binding *b = luna__get_binding(L);
+  luna__binding *b;
   (void)ar;
-  lua_sethook(L, NULL, 0, 0);
+  if (!interrupt_pending) {
+    lua_sethook(L, NULL, 0, 0);
+    return;
+  }
+  b = luna__get_binding(L);
   if (b != NULL && b->current != NULL && b->current->co == L) {
     b->current->cancel_requested = true;
     luna__push_cancel_error(L);
@@ -184,8 +194,18 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar) {
   luaL_error(L, "interrupted");
 }
 
+void luna__drop_interrupt_hook(lua_State *co) {
+  if (lua_gethook(co) == interrupt_hook)
+    lua_sethook(co, NULL, 0, 0);
+}
+
+LUNA_API void luna_lua_interrupt_clear(void) {
+  interrupt_pending = 0;
+}
+
 LUNA_API void luna_lua_interrupt(void) {
   lua_State *L = luna__running;
+  interrupt_pending = 1;
   if (L != NULL)
     lua_sethook(L, interrupt_hook,
                 LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);

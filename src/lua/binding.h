@@ -206,6 +206,9 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
    traceback is then pushed (and forgotten) by luna__push_last_traceback. */
 int luna__msgh(lua_State *L);
 void luna__push_last_traceback(lua_State *L);
+/* Removes the interrupt hook from a thread about to run its to-be-closed
+   handlers, so cleanup runs even while an interrupt is pending. */
+void luna__drop_interrupt_hook(lua_State *co);
 /* The running thread, for luna_lua_interrupt (signal-safe read). */
 extern lua_State *volatile luna__running;
 

@@ -292,6 +292,7 @@ static void finish_error(luna__binding *b, luna__task *t) {
      error in stock Lua; here the task keeps its first error (so awaiters
      see what the task raised) and the handler's error is reported, not
      lost. */
+  luna__drop_interrupt_hook(t->co);
   if (close_thread(t->co, L) != LUA_OK && lua_gettop(t->co) > 0) {
     /* (lua_resetthread reports the original status even when the handlers
        ran fine; a changed error value is what tells a handler raised.) */

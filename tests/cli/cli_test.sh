@@ -268,4 +268,13 @@ case_interrupt_busy() {
   expect_out '^busy closed$'
 }
 
+case_interrupt_busy_under_pcall() {
+  status=0
+  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever_pcall.lua" >"$OUT" 2>"$ERR" </dev/null ||
+    status=$?
+  expect_status 130
+  expect_out '^looping$'
+  expect_out '^closed$'
+}
+
 "case_$CASE"
