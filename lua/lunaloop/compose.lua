@@ -25,10 +25,10 @@ end
 
 local function check_seconds(fname, n, s)
   if type(s) ~= "number" then
-    argerror(fname, n, "number expected, got " .. (s == nil and "no value" or type(s)), 2)
+    argerror(fname, n, "number expected, got " .. (s == nil and "no value" or type(s)), 3)
   end
   if s ~= s or s < 0 or s == math.huge then
-    argerror(fname, n, "expected a finite, non-negative number of seconds, got " .. tostring(s), 2)
+    argerror(fname, n, "expected a finite, non-negative number of seconds, got " .. tostring(s), 3)
   end
 end
 

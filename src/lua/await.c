@@ -5,6 +5,9 @@
 ** so a refused await leaves no stale wake-up behind (case c13).
 */
 #include <math.h>
+#include <string.h>
+
+#include "lunaloop_lua.h"
 
 #include "binding.h"
 #include "promise.h"
@@ -40,6 +43,68 @@ luna_clock luna__opt_clock(lua_State *L, int idx, luna_clock def) {
   if (luna_clock_parse(name, len, &clock) != 0)
     luaL_argerror(L, idx, lua_pushfstring(L, "unknown clock '%s' (expected one of: scaled, "
                                           "unscaled, realtime, fixed)", name));
+  return clock;
+}
+
+/* Checks that the table at `opts` has no key outside `known` (a NULL-ended
+   list), so a misspelt option is an error rather than silently ignored. */
+void luna__check_options(lua_State *L, int opts, const char *const known[]) {
+  opts = lua_absindex(L, opts);
+  lua_pushnil(L);
+  while (lua_next(L, opts) != 0) {
+    int i;
+    bool ok = false;
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING)
+      for (i = 0; known[i] != NULL && !ok; i++)
+        ok = strcmp(lua_tostring(L, -1), known[i]) == 0;
+    if (!ok) {
+      luaL_Buffer buf;
+      luaL_buffinit(L, &buf);
+      for (i = 0; known[i] != NULL; i++) {
+        luaL_addstring(&buf, i ? ", " : "");
+        luaL_addstring(&buf, known[i]);
+      }
+      luaL_pushresult(&buf);
+      luaL_argerror(L, opts, lua_pushfstring(L, "unknown option '%s' (expected: %s)",
+                                             luna_lua_tostring(L, -2), lua_tostring(L, -1)));
+    }
+  }
+}
+
+/* opts.<field> as a timing or clock name, errors naming the option. */
+luna_timing luna__field_timing(lua_State *L, int opts, const char *field, luna_timing def) {
+  luna_timing timing;
+  size_t len;
+  const char *name;
+  int type = lua_getfield(L, opts, field);
+  if (type == LUA_TNIL) {
+    lua_pop(L, 1);
+    return def;
+  }
+  name = lua_tolstring(L, -1, &len);
+  if (type != LUA_TSTRING || luna_timing_parse(name, len, &timing) != 0)
+    luaL_argerror(L, opts, lua_pushfstring(L, "opts.%s: unknown timing '%s' (expected one of: %s)",
+                                           field, luna_lua_tostring(L, -1), luna_timing_list()));
+  lua_pop(L, 1);
+  return timing;
+}
+
+luna_clock luna__field_clock(lua_State *L, int opts, const char *field, luna_clock def) {
+  luna_clock clock;
+  size_t len;
+  const char *name;
+  int type = lua_getfield(L, opts, field);
+  if (type == LUA_TNIL) {
+    lua_pop(L, 1);
+    return def;
+  }
+  name = lua_tolstring(L, -1, &len);
+  if (type != LUA_TSTRING || luna_clock_parse(name, len, &clock) != 0)
+    luaL_argerror(L, opts, lua_pushfstring(L, "opts.%s: unknown clock '%s' (expected one of: "
+                                           "scaled, unscaled, realtime, fixed)",
+                                           field, luna_lua_tostring(L, -1)));
+  lua_pop(L, 1);
   return clock;
 }
 

@@ -263,6 +263,10 @@ int luna__suspend(lua_State *L, luna__task *t);
 luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def);
 luna_clock luna__opt_clock(lua_State *L, int idx, luna_clock def);
 luna_ns luna__check_seconds(lua_State *L, int idx);
+/* Options tables: unknown keys raise; fields parsed with errors naming them. */
+void luna__check_options(lua_State *L, int opts, const char *const known[]);
+luna_timing luna__field_timing(lua_State *L, int opts, const char *field, luna_timing def);
+luna_clock luna__field_clock(lua_State *L, int opts, const char *field, luna_clock def);
 /* True when L is the current task and its cancellation was requested. */
 bool luna__cancel_pending(lua_State *L, luna__binding *b);
 /* Raises the cancellation error in L when L is the current task and its

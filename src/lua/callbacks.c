@@ -188,6 +188,10 @@ static void check_priority(lua_State *L, int opts, luna_item_options *o) {
   if (lua_isnoneornil(L, opts))
     return;
   luaL_checktype(L, opts, LUA_TTABLE);
+  {
+    static const char *const known[] = {"priority", NULL};
+    luna__check_options(L, opts, known);
+  }
   lua_getfield(L, opts, "priority");
   if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "high") == 0) {
     o->priority = INT_MIN;
@@ -264,14 +268,14 @@ static int l_every(lua_State *L) {
   luaL_argcheck(L, interval > 0, 1, "expected a positive interval in seconds");
   luaL_checktype(L, 2, LUA_TFUNCTION);
   if (!lua_isnoneornil(L, 3)) {
+    static const char *const known[] = {"timing", "clock", "spread", NULL};
     luaL_checktype(L, 3, LUA_TTABLE);
-    lua_getfield(L, 3, "timing");
-    timing = luna__opt_timing(L, -1, LUNA_UPDATE);
-    lua_getfield(L, 3, "clock");
-    clock = luna__opt_clock(L, -1, LUNA_CLOCK_SCALED);
+    luna__check_options(L, 3, known);
+    timing = luna__field_timing(L, 3, "timing", LUNA_UPDATE);
+    clock = luna__field_clock(L, 3, "clock", LUNA_CLOCK_SCALED);
     lua_getfield(L, 3, "spread");
     spread = lua_toboolean(L, -1);
-    lua_pop(L, 3);
+    lua_pop(L, 1);
   }
   lua_settop(L, 2);
   now = luna_loop_time(b->loop, clock);

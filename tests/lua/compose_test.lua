@@ -137,6 +137,9 @@ H.case("combinators_validate_arguments_and_context", function()
   H.has(H.raises(function() task.when_any() end), "at least one")
   H.has(H.raises(function() task.when_all(function() end) end), "task.when_all: not inside a task")
   H.has(H.raises(function() task.timeout(-1, print) end), "non-negative number of seconds")
+  -- the error points at the caller's line, not inside the library
+  local line = debug.getinfo(1, "l").currentline + 1
+  H.has(H.raises(function() task.timeout(nil, print) end), "compose_test.lua:" .. line .. ":")
   H.has(H.raises(function() task.timeout(1, 5) end), "expected a function, a Task or a Promise")
   H.has(H.raises(function() task.scope(function() end) end), "task.scope: not inside a task")
   H.eq(testhost.task_count(), 0, "nothing was started")

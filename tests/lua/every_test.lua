@@ -61,8 +61,14 @@ H.case("every_argument_errors", function()
   H.has(H.raises(function() task.every(0, print) end), "positive interval")
   H.has(H.raises(function() task.every(-1, print) end), "non-negative number of seconds")
   H.has(H.raises(function() task.every(1, nil) end), "function expected")
-  H.has(H.raises(function() task.every(1, print, {clock = "moon"}) end), "unknown clock 'moon'")
-  H.has(H.raises(function() task.every(1, print, {timing = "Later"}) end), "unknown timing 'Later'")
+  H.has(H.raises(function() task.every(1, print, {clock = "moon"}) end),
+    "opts.clock: unknown clock 'moon'")
+  H.has(H.raises(function() task.every(1, print, {timing = "Later"}) end),
+    "bad argument #3 to 'every' (opts.timing: unknown timing 'Later'")
+  H.has(H.raises(function() task.every(1, print, {timng = "Update"}) end),
+    "unknown option 'timng' (expected: timing, clock, spread)")
+  H.has(H.raises(function() task.on("Update", print, {prio = 1}) end),
+    "unknown option 'prio' (expected: priority)")
   H.eq(testhost.callback_count(), 0)
 end)
 
