@@ -14,7 +14,6 @@
 
 /* Registry keys: the addresses of these statics are unique in the process. */
 static const char binding_key = 'b';
-static const char refs_key = 'r';
 static const char cancel_key = 'c';
 static const char handler_key = 'h';
 static const char traceback_key = 't';
@@ -44,10 +43,6 @@ luna__binding *luna__check_binding(lua_State *L) {
 
 lua_State *luna__exec_state(luna__binding *b) {
   return b->current != NULL ? b->current->co : b->exec_L;
-}
-
-void luna__push_refs(lua_State *L) {
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &refs_key);
 }
 
 void luna__push_cancel_error(lua_State *L) {
@@ -321,8 +316,6 @@ static int create_binding(lua_State *L, luna_loop *loop, bool owns) {
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &binding_key);
-  lua_newtable(L);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &refs_key);
   new_error_metatables(L);
   luaL_getmetatable(L, LUNA__CANCEL_MT);
   lua_pushcfunction(L, cancel_tostring);

@@ -1,6 +1,9 @@
 /*
 ** binding.h: the Lua binding's private state, shared by the files of src/lua.
 **
+** References that keep tasks and handles alive are plain luaL_ref entries
+** of the registry (one lookup to push them back).
+**
 ** A task is a full userdata (luna__task) whose one user value is its
 ** coroutine; its name, rarely set, lives in a weak-keyed side table. While a task is
 ** not settled, the binding holds it in a reference table, so the garbage
@@ -81,7 +84,7 @@ struct luna__task {
     luna_item_id item;  /* LUNA__W_PREDICATE */
     luna__task *target; /* LUNA__W_TASK: the task awaited */
   } on;
-  int ref;            /* in the reference table while not settled */
+  int ref;            /* in the registry (luaL_ref) while not settled */
   int nresume;        /* values pushed on co for the next resume */
   uint32_t pending;   /* continuations and ready entries holding this task */
   uint32_t created_frame; /* frame count at creation, modulo 2^32 */
@@ -102,7 +105,8 @@ struct luna__handle {
   luna__binding *b;
   luna_item_id item;       /* task.on */
   luna_timer_id timer;     /* task.every */
-  int ref;                 /* in the reference table while registered */
+  int ref;                 /* the handle, in the registry while registered */
+  int fn_ref;              /* its function, likewise (one lookup per call) */
   uint8_t timing;
   uint8_t kind;            /* 0: on, 1: every */
   uint8_t timer_kind;      /* every: the luna_timer_kind of its clock */
@@ -192,8 +196,6 @@ luna__binding *luna__check_binding(lua_State *L);
 luna__binding *luna__get_binding(lua_State *L);
 /* The thread on which callbacks and handlers may be called now. */
 lua_State *luna__exec_state(luna__binding *b);
-/* Pushes the reference table. */
-void luna__push_refs(lua_State *L);
 /* Pushes the cancellation error value. */
 void luna__push_cancel_error(lua_State *L);
 bool luna__is_cancel_error(lua_State *L, int idx);

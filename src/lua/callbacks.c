@@ -42,10 +42,9 @@ static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
       luna_item_remove(b->loop, h->item);
   }
   unlink_handle(b, h);
-  luna__push_refs(b->L);
-  luaL_unref(b->L, -1, h->ref);
-  lua_pop(b->L, 1);
-  h->ref = LUA_NOREF;
+  luaL_unref(b->L, LUA_REGISTRYINDEX, h->ref);
+  luaL_unref(b->L, LUA_REGISTRYINDEX, h->fn_ref);
+  h->ref = h->fn_ref = LUA_NOREF;
 }
 
 /* Calls the handle's function with the number on top of L (popped) in
@@ -54,12 +53,11 @@ static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
 static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top) {
   lua_State *outer = luna__running;
   int st;
-  /* stack: [top+1] number */
+  /* stack: [top+1] number. The function is referenced on its own, so a
+     call is two pushes and a pcall (the handle's reference only keeps the
+     handle alive while registered). */
   lua_pushcfunction(L, luna__msgh);   /* top + 2 */
-  luna__push_refs(L);
-  lua_rawgeti(L, -1, h->ref);
-  lua_remove(L, -2);                  /* top + 3: the handle */
-  lua_getiuservalue(L, -1, 1);        /* the function */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
   lua_pushvalue(L, top + 1);
   luna__running = L;
   LUNA__OBSERVE(b, on_call, L, true);
@@ -71,7 +69,7 @@ static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top
     const char *what = "callback";
     int err = lua_gettop(L);
     luna__push_last_traceback(L);
-    lua_getiuservalue(L, top + 3, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
     if (lua_getinfo(L, ">S", &ar))
       what = lua_pushfstring(L, "callback %s:%d", ar.short_src, ar.linedefined);
     luna__report(b, L, err, err + 1, 0, what);
@@ -160,7 +158,7 @@ static luna__handle *new_handle(lua_State *L, luna__binding *b, int kind, luna_t
   h->b = b;
   h->kind = (uint8_t)kind;
   h->timing = (uint8_t)timing;
-  h->ref = LUA_NOREF;
+  h->ref = h->fn_ref = LUA_NOREF;
   luaL_setmetatable(L, LUNA__HANDLE_MT);
   lua_pushvalue(L, 2);
   lua_setiuservalue(L, -2, 1);
@@ -170,10 +168,10 @@ static luna__handle *new_handle(lua_State *L, luna__binding *b, int kind, luna_t
 /* Registers an armed handle (on top of L) with the binding. */
 static void register_handle(lua_State *L, luna__binding *b, luna__handle *h) {
   h->active = true;
-  luna__push_refs(L);
-  lua_pushvalue(L, -2);
-  h->ref = luaL_ref(L, -2);
-  lua_pop(L, 1);
+  lua_pushvalue(L, -1);
+  h->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_getiuservalue(L, -1, 1);
+  h->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   h->next = b->handles;
   if (b->handles != NULL)
     b->handles->prev = h;

@@ -31,9 +31,7 @@ luna__task *luna__check_task(lua_State *L, int idx) {
 }
 
 void luna__push_task(lua_State *L, luna__task *t) {
-  luna__push_refs(L);
-  lua_rawgeti(L, -1, t->ref);
-  lua_remove(L, -2);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref);
 }
 
 const char *luna__status_name(const luna__task *t) {
@@ -119,9 +117,7 @@ static void unlink_live(luna__binding *b, luna__task *t) {
 static void maybe_release(luna__binding *b, luna__task *t) {
   if (!LUNA__SETTLED(t) || t->pending != 0 || t->ref == LUA_NOREF)
     return;
-  luna__push_refs(b->L);
-  luaL_unref(b->L, -1, t->ref);
-  lua_pop(b->L, 1);
+  luaL_unref(b->L, LUA_REGISTRYINDEX, t->ref);
   t->ref = LUA_NOREF;
 }
 
@@ -265,7 +261,13 @@ static void finish_ok(luna__binding *b, luna__task *t, int nres) {
 /* The coroutine raised: keep the error value unchanged and its traceback,
    close its to-be-closed variables (they see the error), then settle. An
    error that nobody awaits is reported; cancellation never is. */
-static void finish_error(luna__binding *b, luna__task *t) {
+/* luaL_traceback of the thread at index 1, for a protected call. */
+static int traceback_of(lua_State *L) {
+  luaL_traceback(L, lua_tothread(L, 1), NULL, 0);
+  return 1;
+}
+
+static void finish_error(luna__binding *b, luna__task *t, int status) {
   lua_State *L = luna__exec_state(b);
   int top = lua_gettop(L);
   bool cancelled;
@@ -277,8 +279,26 @@ static void finish_error(luna__binding *b, luna__task *t) {
   lua_xmove(t->co, L, 1);
   err = lua_gettop(L);
   cancelled = luna__is_cancel_error(L, err);
-  if (!cancelled) {
-    luaL_traceback(L, t->co, NULL, 0);
+  if (status == LUA_ERRMEM) {
+    /* Out of memory (a mod past its cap, say): what the task allocated is
+       still on its stack, so anything built now would fail again, in the
+       caller's context. Close the task first and collect, then report
+       without a traceback. */
+    luna__drop_interrupt_hook(t->co);
+    close_thread(t->co, L);
+    lua_settop(t->co, 0);
+    lua_gc(L, LUA_GCCOLLECT);
+    lua_pushnil(L);
+  } else if (!cancelled) {
+    /* Protected: building the traceback allocates, and must not raise in
+       the caller's context if memory is short. */
+    lua_pushcfunction(L, traceback_of);
+    lua_pushthread(t->co);
+    lua_xmove(t->co, L, 1);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+      lua_pop(L, 1);
+      lua_pushnil(L);
+    }
   } else {
     lua_pushnil(L);
   }
@@ -388,7 +408,7 @@ static void resume(luna__binding *b, luna__task *t, int nargs) {
   } else if (st == LUA_OK) {
     finish_ok(b, t, nres);
   } else {
-    finish_error(b, t);
+    finish_error(b, t, st);
   }
 }
 
@@ -446,10 +466,8 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t->nresume = nargs;
   t->id = ++b->next_id;
   t->created_frame = (uint32_t)luna_loop_frame_count(b->loop);
-  luna__push_refs(L);
-  lua_pushvalue(L, -2);
-  t->ref = luaL_ref(L, -2);
-  lua_pop(L, 1);
+  lua_pushvalue(L, -1);
+  t->ref = luaL_ref(L, LUA_REGISTRYINDEX);
   link_live(b, t);
   if (b->creation_traceback)
     luna__note_creation(L);
