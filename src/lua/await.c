@@ -5,6 +5,7 @@
 ** so a refused await leaves no stale wake-up behind (case c13).
 */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "lunaloop_lua.h"
@@ -14,36 +15,57 @@
 
 /* ---- checked arguments ---------------------------------------------------- */
 
-luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def) {
-  luna_timing timing;
-  size_t len;
+/* A kind of name an argument may hold: timings and clocks. */
+typedef struct name_kind {
+  const char *kind;  /* "timing", "clock" */
+  const char *list;  /* the valid names, for messages */
+  int (*parse)(const char *name, size_t len, int *out);
+} name_kind;
+
+static int parse_timing(const char *name, size_t len, int *out) {
+  luna_timing t;
+  int rc = luna_timing_parse(name, len, &t);
+  *out = (int)t;
+  return rc;
+}
+
+static int parse_clock(const char *name, size_t len, int *out) {
+  luna_clock c;
+  int rc = luna_clock_parse(name, len, &c);
+  *out = (int)c;
+  return rc;
+}
+
+static const name_kind timing_names = {"timing", NULL, parse_timing};
+static const name_kind clock_names = {"clock", "scaled, unscaled, realtime, fixed", parse_clock};
+
+/* Parses the name at `idx`, nil or none giving `def`. A bad value raises an
+   argument error on argument `arg`, prefixed with `prefix` (an option's
+   "opts.timing: ", or ""), that lists the valid names. */
+static int check_name(lua_State *L, int idx, int arg, const char *prefix,
+                      const name_kind *k, int def) {
+  const char *list = k->list != NULL ? k->list : luna_timing_list();
   const char *name;
+  size_t len;
+  int value;
   if (lua_isnoneornil(L, idx))
     return def;
   if (lua_type(L, idx) != LUA_TSTRING)
-    luaL_argerror(L, idx, lua_pushfstring(L, "expected a timing name (one of: %s), got %s",
-                                          luna_timing_list(), luaL_typename(L, idx)));
+    luaL_argerror(L, arg, lua_pushfstring(L, "%sexpected a %s name (one of: %s), got %s", prefix,
+                                          k->kind, list, luaL_typename(L, idx)));
   name = lua_tolstring(L, idx, &len);
-  if (luna_timing_parse(name, len, &timing) != 0)
-    luaL_argerror(L, idx, lua_pushfstring(L, "unknown timing '%s' (expected one of: %s)",
-                                          name, luna_timing_list()));
-  return timing;
+  if (k->parse(name, len, &value) != 0)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%sunknown %s '%s' (expected one of: %s)", prefix,
+                                          k->kind, name, list));
+  return value;
+}
+
+luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def) {
+  return (luna_timing)check_name(L, idx, idx, "", &timing_names, (int)def);
 }
 
 luna_clock luna__opt_clock(lua_State *L, int idx, luna_clock def) {
-  luna_clock clock;
-  size_t len;
-  const char *name;
-  if (lua_isnoneornil(L, idx))
-    return def;
-  if (lua_type(L, idx) != LUA_TSTRING)
-    luaL_argerror(L, idx, lua_pushfstring(L, "expected a clock name (scaled, unscaled, "
-                                          "realtime or fixed), got %s", luaL_typename(L, idx)));
-  name = lua_tolstring(L, idx, &len);
-  if (luna_clock_parse(name, len, &clock) != 0)
-    luaL_argerror(L, idx, lua_pushfstring(L, "unknown clock '%s' (expected one of: scaled, "
-                                          "unscaled, realtime, fixed)", name));
-  return clock;
+  return (luna_clock)check_name(L, idx, idx, "", &clock_names, (int)def);
 }
 
 /* Checks that the table at `opts` has no key outside `known` (a NULL-ended
@@ -72,40 +94,23 @@ void luna__check_options(lua_State *L, int opts, const char *const known[]) {
   }
 }
 
-/* opts.<field> as a timing or clock name, errors naming the option. */
-luna_timing luna__field_timing(lua_State *L, int opts, const char *field, luna_timing def) {
-  luna_timing timing;
-  size_t len;
-  const char *name;
-  int type = lua_getfield(L, opts, field);
-  if (type == LUA_TNIL) {
-    lua_pop(L, 1);
-    return def;
-  }
-  name = lua_tolstring(L, -1, &len);
-  if (type != LUA_TSTRING || luna_timing_parse(name, len, &timing) != 0)
-    luaL_argerror(L, opts, lua_pushfstring(L, "opts.%s: unknown timing '%s' (expected one of: %s)",
-                                           field, luna_lua_tostring(L, -1), luna_timing_list()));
+/* opts.<field> as a timing or clock name; errors name the option. */
+static int field_name(lua_State *L, int opts, const char *field, const name_kind *k, int def) {
+  char prefix[64];
+  int value;
+  lua_getfield(L, opts, field);
+  snprintf(prefix, sizeof prefix, "opts.%s: ", field);
+  value = check_name(L, -1, opts, prefix, k, def);
   lua_pop(L, 1);
-  return timing;
+  return value;
+}
+
+luna_timing luna__field_timing(lua_State *L, int opts, const char *field, luna_timing def) {
+  return (luna_timing)field_name(L, lua_absindex(L, opts), field, &timing_names, (int)def);
 }
 
 luna_clock luna__field_clock(lua_State *L, int opts, const char *field, luna_clock def) {
-  luna_clock clock;
-  size_t len;
-  const char *name;
-  int type = lua_getfield(L, opts, field);
-  if (type == LUA_TNIL) {
-    lua_pop(L, 1);
-    return def;
-  }
-  name = lua_tolstring(L, -1, &len);
-  if (type != LUA_TSTRING || luna_clock_parse(name, len, &clock) != 0)
-    luaL_argerror(L, opts, lua_pushfstring(L, "opts.%s: unknown clock '%s' (expected one of: "
-                                           "scaled, unscaled, realtime, fixed)",
-                                           field, luna_lua_tostring(L, -1)));
-  lua_pop(L, 1);
-  return clock;
+  return (luna_clock)field_name(L, lua_absindex(L, opts), field, &clock_names, (int)def);
 }
 
 luna_ns luna__check_seconds(lua_State *L, int idx) {
