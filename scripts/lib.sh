@@ -15,7 +15,7 @@ luna_die() { luna_say "$*"; exit 1; }
 luna_missing_deps() {
   local pkg
   for pkg in "${LUNA_DEPS[@]}"; do
-    if ! dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -q ' installed$'; then
+    if ! grep -q ' installed$' <<<"$(dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null)"; then
       echo "$pkg"
     fi
   done

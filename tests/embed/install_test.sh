@@ -32,8 +32,10 @@ cmake -S "$src/tests/embed/consumer" -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$prefi
 cmake --build "$tmp/cmake" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "build the CMake consumer"; }
 "$tmp/cmake/consumer_shared"
 "$tmp/cmake/consumer_static"
-ldd "$tmp/cmake/consumer_shared" | grep -q "$prefix/lib/liblunaloop.so" || fail "consumer_shared does not use the installed liblunaloop.so"
-if ldd "$tmp/cmake/consumer_static" | grep -q liblunaloop; then fail "consumer_static links liblunaloop.so"; fi
+# (grep -q on a pipe can stop reading early; under pipefail the writer's
+# SIGPIPE would then fail the test at random: read the whole output first)
+grep -q "$prefix/lib/liblunaloop.so" <<<"$(ldd "$tmp/cmake/consumer_shared")" || fail "consumer_shared does not use the installed liblunaloop.so"
+if grep -q liblunaloop <<<"$(ldd "$tmp/cmake/consumer_static")"; then fail "consumer_static links liblunaloop.so"; fi
 
 say "pkg-config consumer"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"

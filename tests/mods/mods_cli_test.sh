@@ -90,7 +90,7 @@ case_shutdown_errors() {
   expect_err "^lunaloop: mod 'm': task failed: not enough memory$"
   expect_err '^  b 0: loaded, 1 error,'
   expect_err '^  m 0: loaded, 1 error,'
-  tail -n 3 "$ERR" | head -n 1 | grep -q '^lunaloop: mods:$' ||
+  grep -q '^lunaloop: mods:$' <<<"$(tail -n 3 "$ERR" | head -n 1)" ||
     fail "the summary is not the last thing on stderr"
 }
 
