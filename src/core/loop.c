@@ -13,9 +13,6 @@ static bool busy(const luna_loop *loop) {
   return loop->current >= 0 || loop->in_frame || loop->in_listener || loop->held > 0;
 }
 
-void luna__loop_hold(luna_loop *loop, int delta) {
-  loop->held += delta;
-}
 
 static bool valid_timing(int timing) {
   return timing >= 0 && timing < LUNA_TIMING_COUNT;

@@ -90,6 +90,8 @@ static inline bool luna__loop_stopping(const luna_loop *loop) {
    (frame, begin_frame, run, reset) return LUNA_ESTATE, as inside a
    callback. The Lua binding holds the loop around every task resume, so a
    host C function that a task calls cannot start a nested frame. */
-void luna__loop_hold(luna_loop *loop, int delta);
+static inline void luna__loop_hold(luna_loop *loop, int delta) {
+  loop->held += delta;
+}
 
 #endif

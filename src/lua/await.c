@@ -61,6 +61,8 @@ static int check_name(lua_State *L, int idx, int arg, const char *prefix,
 }
 
 luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def) {
+  if (lua_isnoneornil(L, idx)) /* the common case, on every await: no call */
+    return def;
   return (luna_timing)check_name(L, idx, idx, "", &timing_names, (int)def);
 }
 

@@ -139,9 +139,10 @@ enum { LUNA__OBSERVER_BUDGET = 0, LUNA__OBSERVER_PUBLIC = 1, LUNA__OBSERVERS = 2
 #define LUNA__OBSERVE(b, hook, ...)                                            \
   do {                                                                         \
     int obs_i_;                                                                \
-    for (obs_i_ = 0; obs_i_ < LUNA__OBSERVERS; obs_i_++)                       \
-      if ((b)->observers[obs_i_].hook != NULL)                                 \
-        (b)->observers[obs_i_].hook((b)->observers[obs_i_].ud, __VA_ARGS__);   \
+    if ((b)->observed) /* one test on the hot path when nobody watches */      \
+      for (obs_i_ = 0; obs_i_ < LUNA__OBSERVERS; obs_i_++)                     \
+        if ((b)->observers[obs_i_].hook != NULL)                               \
+          (b)->observers[obs_i_].hook((b)->observers[obs_i_].ud, __VA_ARGS__); \
   } while (0)
 
 struct luna__binding {
@@ -168,6 +169,7 @@ struct luna__binding {
   luna__task *cancel_head, *cancel_tail;
   uint64_t spread_seq;   /* task.every{spread=true} registrations so far */
   luna__observer observers[LUNA__OBSERVERS];
+  bool observed;         /* some slot of observers[] is installed */
   bool creation_traceback; /* task.debug{creation_traceback}: keep a traceback
                               of every task's spawn (luna__note_creation) */
   /* resumes per timing in the current frame (introspection) */

@@ -19,7 +19,13 @@ bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer) 
   static const luna__observer none = {NULL, NULL, NULL, NULL};
   if (b == NULL)
     return false;
+  int i;
   b->observers[slot] = observer != NULL ? *observer : none;
+  b->observed = false;
+  for (i = 0; i < LUNA__OBSERVERS; i++)
+    if (b->observers[i].on_thread != NULL || b->observers[i].on_resume != NULL ||
+        b->observers[i].on_call != NULL)
+      b->observed = true;
   return true;
 }
 
