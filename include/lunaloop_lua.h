@@ -81,7 +81,10 @@ LUNA_API uint64_t luna_lua_error_count(lua_State *L);
 LUNA_API bool luna_lua_exit_requested(lua_State *L, int *code);
 
 /* Cancels every task of L in creation order (their to-be-closed variables
-   run) and removes its callbacks. Returns how many tasks were cancelled. */
+   run) and removes its callbacks. Returns how many tasks were cancelled. A
+   task that is running now (this is called from a C function it runs, or
+   from a task it resumed) only gets the request: it unwinds at its next
+   await, and is not counted. */
 LUNA_API size_t luna_lua_cancel_all(lua_State *L);
 
 /* ---- observing the binding (tracing, profilers) ------------------------------ */

@@ -48,6 +48,17 @@ local function collect(fname, ...)
     argerror(fname, 1, "expected at least one Task or function", 3)
   end
   I.check_await("task." .. fname)
+  -- Inputs already settled: their failure went where it goes (reported, or
+  -- to another awaiter) before we saw it, so it must not be reported again.
+  local handled, me = {}, current()
+  for i = 1, n do
+    local x = tasks[i]
+    if x == me then argerror(fname, i, "a task cannot await itself", 3) end
+    if is_task(x) then
+      local st = x:status()
+      if st == "done" or st == "failed" or st == "cancelled" then handled[x] = true end
+    end
+  end
   for i = 1, n do
     if type(tasks[i]) == "function" then
       local c = new_task(tasks[i])
@@ -55,7 +66,7 @@ local function collect(fname, ...)
       children[#children + 1] = c
     end
   end
-  return tasks, children, n
+  return tasks, children, n, handled
 end
 
 -- Awaits an input: a Task, or a Promise without giving it up if cancelled.
@@ -67,10 +78,13 @@ end
 -- A failure of input x that the combinator does not raise, because another
 -- input already decided its outcome. Our watcher was its only awaiter, so
 -- unreported it would be lost.
-local function report_ignored(x, ok, err)
-  if not ok and not is_cancelled(err) then
-    if is_task(x) then I.report(err, x:traceback(), x) else I.report(err, nil, nil) end
-  end
+-- `handled` holds the inputs whose failure is already accounted for (settled
+-- before the combinator began, raised by it, or reported once), so a Task
+-- given twice or failed earlier is never reported a second time.
+local function report_ignored(x, ok, err, handled)
+  if ok or is_cancelled(err) or handled[x] then return end
+  handled[x] = true
+  if is_task(x) then I.report(err, x:traceback(), x) else I.report(err, nil, nil) end
 end
 
 -- A watcher awaits one input and hands the outcome to `notify`.
@@ -105,17 +119,18 @@ end
 -- error as soon as it happens (a cancelled input raises the cancellation
 -- error); then cancels the children it started, never the Tasks it was given.
 function M.when_all(...)
-  local tasks, children, n = collect("when_all", ...)
+  local tasks, children, n, handled = collect("when_all", ...)
   local me = current()
   local state = {what = "task.when_all", waiting = false}
   local results, remaining, failed, err_value, live = {}, n, false, nil, true
   local function notify(i, ok, v)
-    if not live or failed then return report_ignored(tasks[i], ok, v) end
+    if not live or failed then return report_ignored(tasks[i], ok, v, handled) end
     if ok then
       results[i] = v
       remaining = remaining - 1
     else
       failed, err_value = true, v
+      handled[tasks[i]] = true
     end
     if state.waiting and (remaining == 0 or failed) then wake(me) end
   end
@@ -133,13 +148,14 @@ end
 -- A failure that finishes first is raised. The children it started are
 -- cancelled when it returns; the Tasks it was given are left running.
 function M.when_any(...)
-  local tasks, children, n = collect("when_any", ...)
+  local tasks, children, n, handled = collect("when_any", ...)
   local me = current()
   local state = {what = "task.when_any", waiting = false}
   local winner, outcome, live = nil, nil, true
   local function notify(i, ...)
-    if not live or winner then return report_ignored(tasks[i], ...) end
+    if not live or winner then return report_ignored(tasks[i], select(1, ...), select(2, ...), handled) end
     winner, outcome = i, pack(...)
+    handled[tasks[i]] = true
     if state.waiting then wake(me) end
   end
   local watchers = watch_all(tasks, n, children, notify)
@@ -177,7 +193,7 @@ function M.timeout(seconds, fn, ...)
       outcome = v
       if state.waiting then wake(me) end
     elseif v ~= "timeout" then
-      report_ignored(child, v[1], v[2])
+      report_ignored(child, v[1], v[2], {})
     end
   end
   local w = spawn(function() settle(pack(pcall(await_input, child))) end)

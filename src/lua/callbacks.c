@@ -199,7 +199,8 @@ static void check_priority(lua_State *L, int opts, luna_item_options *o) {
     int ok;
     p = lua_tointegerx(L, -1, &ok);
     if (!ok || p <= INT_MIN || p > INT_MAX)
-      luaL_argerror(L, opts, "opts.priority must be an integer or \"high\"");
+      luaL_argerror(L, opts, "opts.priority must be an integer from -2147483647 to "
+                             "2147483647, or \"high\"");
     o->priority = (int)p;
   }
   lua_pop(L, 1);

@@ -88,6 +88,37 @@ H.case("when_any_reports_a_loser_that_failed_before_it_returned", function()
   H.eq({out.values[2], out.values[3], #reports, reports[1] and reports[1].err}, {1, "w", 1, "lost"})
 end)
 
+H.case("combinators_refuse_the_current_task_like_await", function()
+  -- Regression: when_all(task.current()) waited for itself forever.
+  local got = {}
+  task.spawn(function()
+    got[1] = select(2, pcall(task.when_all, task.current()))
+    got[2] = select(2, pcall(task.when_any, function() end, task.current()))
+  end)
+  H.has(got[1], "bad argument #1 to 'when_all' (a task cannot await itself)")
+  H.has(got[2], "bad argument #2 to 'when_any' (a task cannot await itself)")
+end)
+
+H.case("a_failure_reported_before_the_combinator_is_not_reported_again", function()
+  -- Regression: f failed unawaited (reported at once); when_any then saw
+  -- its failure as an ignored loser and reported it a second time.
+  local reports, restore = H.capture_errors()
+  local f = task.spawn(function() error("boom", 0) end)
+  local d = task.spawn(function() return 1 end)
+  local out = run_task(function() return task.when_any(d, f) end)
+  restore()
+  H.eq({out.values[1], out.values[2], out.values[3], #reports}, {true, 1, 1, 1})
+end)
+
+H.case("a_task_given_twice_fails_once_raised_not_reported", function()
+  local reports, restore = H.capture_errors()
+  local p = task.spawn(function() task.yield(); error("e2", 0) end)
+  local out = run_task(function() return task.when_all(p, p) end)
+  H.frames(1)
+  restore()
+  H.eq({out.values[1], out.values[2], #reports}, {false, "e2", 0})
+end)
+
 H.case("when_all_with_a_cancelled_given_task_raises_the_cancellation", function()
   local victim = task.spawn(function() task.delay_frame(5) end)
   local out = run_task(function() return task.when_all(victim, function() task.delay_frame(9) end) end)
