@@ -31,6 +31,18 @@ void luna__cli_usage(FILE *out);
 
 /* Prints "lunaloop: <message>" and a hint to --help on stderr and returns
    LUNA_EXIT_USAGE, so callers can `return luna__cli_usage_error(...)`. */
+/* Option values, shared by run, repl and mods (options.c). Each parses the
+   whole string and returns false for anything else: a finite double; a
+   rate in Hz as a period in ns (rounded; refused when it rounds to 0); a
+   time scale from 0 to LUNA_TIME_SCALE_MAX; a decimal integer (a '-' only
+   when is_signed). luna__cli_bad_value reports "bad value 'V' for --NAME
+   (expected E)" and returns LUNA_EXIT_USAGE. */
+bool luna__cli_parse_double(const char *s, double *out);
+bool luna__cli_parse_rate(const char *s, luna_ns *period);
+bool luna__cli_parse_time_scale(const char *s, double *out);
+bool luna__cli_parse_integer(const char *s, bool is_signed, long long *out);
+int luna__cli_bad_value(const char *option, const char *value, const char *expected);
+
 int luna__cli_usage_error(const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 1, 2)))

@@ -65,37 +65,6 @@ static const char mods_usage[] =
   "exit status: 0 when no error was reported, 1 when a mod failed to load, a\n"
   "task failed or a mod was disabled, 2 for a usage error, 130 after Ctrl-C.\n";
 
-static bool parse_double(const char *s, double *out) {
-  char *end;
-  double v;
-  errno = 0;
-  v = strtod(s, &end);
-  if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
-    return false;
-  *out = v;
-  return true;
-}
-
-static bool parse_count(const char *s, unsigned long long *out) {
-  char *end;
-  if (strchr(s, '-') != NULL)
-    return false;
-  errno = 0;
-  *out = strtoull(s, &end, 10);
-  return end != s && *end == '\0' && errno != ERANGE;
-}
-
-static bool parse_rate(const char *s, luna_ns *period) {
-  double hz, ns;
-  if (!parse_double(s, &hz) || hz <= 0)
-    return false;
-  ns = round(1e9 / hz);
-  if (ns < 1 || ns > (double)LUNA_NS_MAX)
-    return false;
-  *period = (luna_ns)ns;
-  return true;
-}
-
 /* BYTES with an optional k, m or g suffix (powers of 1024). */
 static bool parse_bytes(const char *s, size_t *out) {
   char *end;
@@ -118,14 +87,9 @@ static bool parse_bytes(const char *s, size_t *out) {
   return true;
 }
 
-static int bad_value(const char *option, const char *value, const char *expected) {
-  return luna__cli_usage_error("bad value '%s' for --%s (expected %s)", value, option,
-                               expected);
-}
-
 /* Parses argv[1..] (argv[0] is "mods"); -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, mods_options *o) {
-  unsigned long long n;
+  long long n;
   int c, index;
   memset(o, 0, sizeof *o);
   o->run.frame_dt_ns = 16666667;
@@ -143,49 +107,46 @@ static int parse_options(int argc, char **argv, mods_options *o) {
       o->run.fast = true;
       break;
     case OPT_HZ:
-      if (!parse_rate(optarg, &o->run.frame_dt_ns))
-        return bad_value(name, optarg, "a positive number");
+      if (!luna__cli_parse_rate(optarg, &o->run.frame_dt_ns))
+        return luna__cli_bad_value(name, optarg, "a positive number");
       break;
     case OPT_FIXED_HZ:
-      if (!parse_rate(optarg, &o->run.fixed_dt_ns))
-        return bad_value(name, optarg, "a positive number");
+      if (!luna__cli_parse_rate(optarg, &o->run.fixed_dt_ns))
+        return luna__cli_bad_value(name, optarg, "a positive number");
       break;
     case OPT_FRAMES:
-      if (!parse_count(optarg, &n))
-        return bad_value(name, optarg, "a whole number >= 0");
+      if (!luna__cli_parse_integer(optarg, false, &n))
+        return luna__cli_bad_value(name, optarg, "a whole number >= 0");
       o->run.has_frames = true;
       o->run.frames = n;
       break;
     case OPT_TIME_SCALE:
-      if (!parse_double(optarg, &o->run.time_scale) || o->run.time_scale < 0)
-        return bad_value(name, optarg, "a number >= 0");
+      if (!luna__cli_parse_time_scale(optarg, &o->run.time_scale))
+        return luna__cli_bad_value(name, optarg, "a number from 0 to 1e6");
       break;
-    case OPT_SEED: {
-      char *end;
-      errno = 0;
-      o->mods.seed = strtoll(optarg, &end, 10);
-      if (end == optarg || *end != '\0' || errno == ERANGE)
-        return bad_value(name, optarg, "an integer");
+    case OPT_SEED:
+      if (!luna__cli_parse_integer(optarg, true, &n))
+        return luna__cli_bad_value(name, optarg, "an integer");
+      o->mods.seed = n;
       o->mods.has_seed = true;
       break;
-    }
     case OPT_WATCH:
-      if (!parse_count(optarg, &n) || n > 1000000000ULL)
-        return bad_value(name, optarg, "a whole number of frames >= 0");
+      if (!luna__cli_parse_integer(optarg, false, &n) || n > 1000000000LL)
+        return luna__cli_bad_value(name, optarg, "a whole number of frames >= 0");
       o->mods.watch_frames = n == 0 ? -1 : (int)n;
       break;
     case OPT_MEMORY:
       if (!parse_bytes(optarg, &o->mods.memory_limit))
-        return bad_value(name, optarg, "a positive size in bytes, e.g. 512k or 64m");
+        return luna__cli_bad_value(name, optarg, "a positive size in bytes, e.g. 512k or 64m");
       break;
     case OPT_BUDGET:
-      if (!parse_count(optarg, &n) || n == 0 || n > 2000000000ULL)
-        return bad_value(name, optarg, "a positive number of instructions");
+      if (!luna__cli_parse_integer(optarg, false, &n) || n == 0 || n > 2000000000LL)
+        return luna__cli_bad_value(name, optarg, "a positive number of instructions");
       o->mods.instruction_limit = n;
       break;
     case OPT_MAX_OVERRUNS:
-      if (!parse_count(optarg, &n) || n == 0 || n > 1000000ULL)
-        return bad_value(name, optarg, "a positive whole number");
+      if (!luna__cli_parse_integer(optarg, false, &n) || n == 0 || n > 1000000LL)
+        return luna__cli_bad_value(name, optarg, "a positive whole number");
       o->mods.max_overruns = (unsigned)n;
       break;
     case ':':

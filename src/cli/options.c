@@ -34,7 +34,7 @@ static const struct option long_options[] = {
 };
 
 /* Parses a whole string as a finite double. */
-static bool parse_double(const char *s, double *out) {
+bool luna__cli_parse_double(const char *s, double *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
@@ -46,9 +46,9 @@ static bool parse_double(const char *s, double *out) {
 
 /* A rate in Hz becomes a period in ns, rounded to nearest (60 Hz:
    16,666,667 ns). A rate so high that the period rounds to 0 is refused. */
-static bool parse_rate(const char *s, luna_ns *period) {
+bool luna__cli_parse_rate(const char *s, luna_ns *period) {
   double hz;
-  if (!parse_double(s, &hz) || hz <= 0)
+  if (!luna__cli_parse_double(s, &hz) || hz <= 0)
     return false;
   double ns = round(1e9 / hz);
   if (ns < 1 || ns > (double)LUNA_NS_MAX)
@@ -58,7 +58,16 @@ static bool parse_rate(const char *s, luna_ns *period) {
 }
 
 /* Parses a whole string as a decimal integer; `is_signed` allows a '-'. */
-static bool parse_integer(const char *s, bool is_signed, long long *out) {
+bool luna__cli_parse_time_scale(const char *s, double *out) {
+  double v;
+  if (!luna__cli_parse_double(s, &v) || v < 0 || v > LUNA_TIME_SCALE_MAX)
+    return false;
+  *out = v;
+  return true;
+}
+
+/* Parses a whole string as a decimal integer; `is_signed` allows a '-'. */
+bool luna__cli_parse_integer(const char *s, bool is_signed, long long *out) {
   char *end;
   if (!is_signed && strchr(s, '-') != NULL)
     return false; /* strtoull would wrap "-1" around */
@@ -70,7 +79,7 @@ static bool parse_integer(const char *s, bool is_signed, long long *out) {
   return true;
 }
 
-static int bad_value(const char *option, const char *value, const char *expected) {
+int luna__cli_bad_value(const char *option, const char *value, const char *expected) {
   return luna__cli_usage_error("bad value '%s' for --%s (expected %s)", value, option,
                                expected);
 }
@@ -97,29 +106,28 @@ static int parse_options(int argc, char **argv, luna_run_options *opts, bool rep
       opts->fast = true;
       break;
     case OPT_HZ:
-      if (!parse_rate(optarg, &opts->frame_dt_ns))
-        return bad_value(name, optarg, "a positive number");
+      if (!luna__cli_parse_rate(optarg, &opts->frame_dt_ns))
+        return luna__cli_bad_value(name, optarg, "a positive number");
       break;
     case OPT_FIXED_HZ:
-      if (!parse_rate(optarg, &opts->fixed_dt_ns))
-        return bad_value(name, optarg, "a positive number");
+      if (!luna__cli_parse_rate(optarg, &opts->fixed_dt_ns))
+        return luna__cli_bad_value(name, optarg, "a positive number");
       break;
     case OPT_FRAMES:
       if (repl)
         return luna__cli_usage_error("repl: --frames is an option of run only");
-      if (!parse_integer(optarg, false, &n))
-        return bad_value(name, optarg, "a whole number >= 0");
+      if (!luna__cli_parse_integer(optarg, false, &n))
+        return luna__cli_bad_value(name, optarg, "a whole number >= 0");
       opts->has_frames = true;
       opts->frames = (uint64_t)n;
       break;
     case OPT_TIME_SCALE:
-      if (!parse_double(optarg, &opts->time_scale) || opts->time_scale < 0 ||
-          opts->time_scale > LUNA_TIME_SCALE_MAX)
-        return bad_value(name, optarg, "a number from 0 to 1e6");
+      if (!luna__cli_parse_time_scale(optarg, &opts->time_scale))
+        return luna__cli_bad_value(name, optarg, "a number from 0 to 1e6");
       break;
     case OPT_SEED:
-      if (!parse_integer(optarg, true, &opts->seed))
-        return bad_value(name, optarg, "an integer");
+      if (!luna__cli_parse_integer(optarg, true, &opts->seed))
+        return luna__cli_bad_value(name, optarg, "an integer");
       opts->has_seed = true;
       break;
     case OPT_TRACE:

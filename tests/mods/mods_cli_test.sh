@@ -103,6 +103,10 @@ case_usage_errors() {
   expect_err "bad value '0' for --budget"
   ll mods --memory lots "$ROOT/examples/mods"
   expect_status 2
+  # the options shared with run are parsed by the same code (options.c)
+  ll mods --time-scale 1e300 "$ROOT/examples/mods"
+  expect_status 2
+  expect_err "bad value '1e300' for --time-scale \(expected a number from 0 to 1e6\)"
   ll mods "$TMP/does-not-exist"
   expect_status 2
   expect_err "cannot read"
