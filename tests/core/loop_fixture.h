@@ -15,16 +15,22 @@ typedef struct fixture {
   luna_loop *loop;
 } fixture;
 
-static int setup(void **state) {
+/* The fixture with `realtime` (may be NULL) as the loop's realtime source. */
+static int setup_with_realtime(void **state, luna_time_fn realtime) {
   static fixture f;
   luna_config c;
   counting_init(&f.ca);
   c = counting_config(&f.ca);
+  c.realtime = realtime;
   if (luna_loop_new(&c, &f.loop) != 0)
     return -1;
   log_clear();
   *state = &f;
   return 0;
+}
+
+static inline int setup(void **state) {
+  return setup_with_realtime(state, NULL);
 }
 
 static int teardown(void **state) {

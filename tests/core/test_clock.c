@@ -15,11 +15,8 @@
 #include "counting_alloc.h"
 #include "lunaloop.h"
 #include "test_log.h"
+#include "loop_fixture.h"
 
-typedef struct fixture {
-  counting_alloc ca;
-  luna_loop *loop;
-} fixture;
 
 static luna_ns src_a_now, src_b_now;
 static luna_ns src_a(void *ud) {
@@ -31,26 +28,11 @@ static luna_ns src_b(void *ud) {
   return src_b_now;
 }
 
-static int setup(void **state) {
-  static fixture f;
-  luna_config c;
-  counting_init(&f.ca);
-  c = counting_config(&f.ca);
+static int setup_src_a(void **state) {
   src_a_now = INT64_C(5000000000000); /* a source with its own origin */
-  c.realtime = src_a;
-  if (luna_loop_new(&c, &f.loop) != 0)
-    return -1;
-  log_clear();
-  *state = &f;
-  return 0;
+  return setup_with_realtime(state, src_a);
 }
 
-static int teardown(void **state) {
-  fixture *f = *state;
-  luna_loop_free(f->loop);
-  ASSERT_NO_LEAKS(&f->ca);
-  return 0;
-}
 
 static void every_clock_reads_zero_at_creation(void **state) {
   fixture *f = *state;
@@ -227,7 +209,7 @@ static void fixed_dt_setter_validates(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name) cmocka_unit_test_setup_teardown(name, setup_src_a, teardown)
       T(every_clock_reads_zero_at_creation),
       T(scaled_and_unscaled_advance_per_frame),
       T(scaled_dt_rounds_to_nearest_ns),

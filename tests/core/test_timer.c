@@ -17,11 +17,8 @@
 #include "loop_internal.h"
 #include "lunaloop.h"
 #include "test_log.h"
+#include "loop_fixture.h"
 
-typedef struct fixture {
-  counting_alloc ca;
-  luna_loop *loop;
-} fixture;
 
 /* A virtual realtime source the tests move by hand; counts its reads. */
 static luna_ns fake_now;
@@ -32,27 +29,12 @@ static luna_ns fake_source(void *ud) {
   return fake_now;
 }
 
-static int setup(void **state) {
-  static fixture f;
-  luna_config c;
-  counting_init(&f.ca);
-  c = counting_config(&f.ca);
+static int setup_fake(void **state) {
   fake_now = 1000; /* any origin: the clock still starts at 0 */
   fake_reads = 0;
-  c.realtime = fake_source;
-  if (luna_loop_new(&c, &f.loop) != 0)
-    return -1;
-  log_clear();
-  *state = &f;
-  return 0;
+  return setup_with_realtime(state, fake_source);
 }
 
-static int teardown(void **state) {
-  fixture *f = *state;
-  luna_loop_free(f->loop);
-  ASSERT_NO_LEAKS(&f->ca);
-  return 0;
-}
 
 /* Logs the frame in which it fires. */
 static void log_frame(luna_loop *loop, void *arg) {
@@ -405,7 +387,7 @@ static void random_timers_fire_in_deadline_then_creation_order(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name) cmocka_unit_test_setup_teardown(name, setup_fake, teardown)
       T(scaled_timer_at_plus_one_second_fires_ten_frames_later_at_dt_0_1),
       T(delays_at_60_hz_take_30_and_60_frames),
       T(equal_deadlines_fire_in_creation_order),
