@@ -1,6 +1,8 @@
 /*
 ** loop_internal.h: the loop's private state, shared by the core's modules.
-** Not installed; nothing outside src/core includes it except unit tests.
+** Not installed. Outside src/core only unit tests and the Lua binding's hot
+** paths include it (the binding reads a few fields and queues continuations
+** without the public functions' argument checks); it never includes Lua.
 */
 #ifndef LUNA_LOOP_INTERNAL_H
 #define LUNA_LOOP_INTERNAL_H
@@ -92,6 +94,13 @@ static inline bool luna__loop_stopping(const luna_loop *loop) {
    host C function that a task calls cannot start a nested frame. */
 static inline void luna__loop_hold(luna_loop *loop, int delta) {
   loop->held += delta;
+}
+
+/* luna_enqueue for a caller that already knows its arguments are valid
+   (timing in range, fn not NULL): the Lua binding's task.yield. */
+static inline int luna__loop_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn,
+                                     void *arg) {
+  return luna__queue_push(&loop->queues[timing], &loop->alloc, fn, arg, false);
 }
 
 #endif

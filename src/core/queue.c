@@ -6,18 +6,8 @@
 #include "loop_internal.h"
 #include "queue.h"
 
-int luna__queue_push(luna__queue *q, const luna__alloc *a, luna_fn fn, void *arg,
-                     bool posted) {
-  luna__entry *e;
-  if (q->wait_n == q->wait_cap &&
-      luna__grow(a, (void **)&q->wait, &q->wait_cap, sizeof *q->wait,
-                 q->wait_n + 1) != 0)
-    return LUNA_ENOMEM;
-  e = &q->wait[q->wait_n++];
-  e->fn = fn;
-  e->arg = arg;
-  e->posted = posted;
-  return 0;
+int luna__queue_reserve(luna__queue *q, const luna__alloc *a) {
+  return luna__grow(a, (void **)&q->wait, &q->wait_cap, sizeof *q->wait, q->wait_n + 1);
 }
 
 /* Makes `run` hold what this drain must call: the leftovers of a stopped

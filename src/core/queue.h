@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "alloc.h"
+#include "lunaloop/error.h"
 #include "lunaloop/loop.h"
 
 typedef struct luna__entry {
@@ -35,9 +36,22 @@ typedef struct luna__queue {
   size_t wait_n, wait_cap;
 } luna__queue;
 
-/* Appends fn(arg) for the next run. 0 or LUNA_ENOMEM. */
-int luna__queue_push(luna__queue *q, const luna__alloc *a, luna_fn fn, void *arg,
-                     bool posted);
+/* Makes room for one more entry in `wait`. 0 or LUNA_ENOMEM. */
+int luna__queue_reserve(luna__queue *q, const luna__alloc *a);
+
+/* Appends fn(arg) for the next run. 0 or LUNA_ENOMEM. Inline: it is on the
+   path of every task.yield, and only growing needs a call. */
+static inline int luna__queue_push(luna__queue *q, const luna__alloc *a, luna_fn fn,
+                                   void *arg, bool posted) {
+  luna__entry *e;
+  if (q->wait_n == q->wait_cap && luna__queue_reserve(q, a) != 0)
+    return LUNA_ENOMEM;
+  e = &q->wait[q->wait_n++];
+  e->fn = fn;
+  e->arg = arg;
+  e->posted = posted;
+  return 0;
+}
 
 /* Step 2 of a run: calls, in order, the entries left by a stopped drain and
    then those queued before this drain began. Returns true when

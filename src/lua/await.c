@@ -11,6 +11,7 @@
 #include "lunaloop_lua.h"
 
 #include "binding.h"
+#include "loop_internal.h"
 #include "promise.h"
 
 /* ---- checked arguments ---------------------------------------------------- */
@@ -61,12 +62,14 @@ static int check_name(lua_State *L, int idx, int arg, const char *prefix,
 }
 
 luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def) {
-  if (lua_isnoneornil(L, idx)) /* the common case, on every await: no call */
+  if (idx > lua_gettop(L) || lua_isnil(L, idx)) /* the common case, on every await */
     return def;
   return (luna_timing)check_name(L, idx, idx, "", &timing_names, (int)def);
 }
 
 luna_clock luna__opt_clock(lua_State *L, int idx, luna_clock def) {
+  if (idx > lua_gettop(L))
+    return def;
   return (luna_clock)check_name(L, idx, idx, "", &clock_names, (int)def);
 }
 
@@ -238,9 +241,19 @@ static bool predicate_step(luna_loop *loop, void *arg) {
 
 /* ---- the awaits ------------------------------------------------------------------ */
 
+/* The task calling the await `what`: the fast path when it applies, else
+   the checked one (which raises the error that explains what is wrong). */
+static inline luna__task *await_task(lua_State *L, const char *what) {
+  luna__task *t = luna__fast_await(L);
+  return t != NULL ? t : luna__check_await_in(L, luna__upvalue_binding(L), what);
+}
+
 static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
                      luna_timer_kind kind, int64_t deadline) {
-  int rc = luna_timer_add(t->b->loop, timing, kind, deadline, timer_cb, t, &t->on.timer.id);
+  luna_loop *loop = t->b->loop;
+  /* luna_timer_add without its checks: timing and kind are valid here. */
+  int rc = luna__timers_add(&loop->timers, &loop->alloc, (int)timing, kind, deadline,
+                            timer_cb, t, &t->on.timer.id);
   if (rc != 0)
     return luaL_error(L, "lunaloop: cannot add a timer: %s", luna_strerror(rc));
   t->wait = LUNA__W_TIMER;
@@ -253,9 +266,9 @@ static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
 /* task.yield([timing]): resume at the next run of `timing` (default Update);
    from inside that timing's run, at its next run (never the same drain). */
 static int l_yield(lua_State *L) {
-  luna_timing timing = luna__opt_timing(L, 1, LUNA_UPDATE);
-  luna__task *t = luna__check_await_in(L, luna__upvalue_binding(L), "task.yield");
-  int rc = luna_enqueue(t->b->loop, timing, luna__resume_cb, t);
+  luna_timing timing = lua_gettop(L) == 0 ? LUNA_UPDATE : luna__opt_timing(L, 1, LUNA_UPDATE);
+  luna__task *t = await_task(L, "task.yield");
+  int rc = luna__loop_enqueue(t->b->loop, timing, luna__resume_cb, t);
   if (rc != 0)
     return luaL_error(L, "task.yield: %s", luna_strerror(rc));
   t->pending++;
@@ -268,7 +281,7 @@ static int l_yield(lua_State *L) {
    frame (a frame wait for frame() + 1). */
 static int l_next_frame(lua_State *L) {
   luna_timing timing = luna__opt_timing(L, 1, LUNA_UPDATE);
-  luna__task *t = luna__check_await_in(L, luna__upvalue_binding(L), "task.next_frame");
+  luna__task *t = await_task(L, "task.next_frame");
   uint64_t frame = luna_loop_frame_count(t->b->loop);
   return arm_timer(L, t, timing, LUNA_TIMER_FRAME, (int64_t)frame + 1);
 }
@@ -278,7 +291,7 @@ static int l_next_frame(lua_State *L) {
 static int l_delay_frame(lua_State *L) {
   lua_Integer n = check_frames(L, 1);
   luna_timing timing = luna__opt_timing(L, 2, LUNA_UPDATE);
-  luna__task *t = luna__check_await_in(L, luna__upvalue_binding(L), "task.delay_frame");
+  luna__task *t = await_task(L, "task.delay_frame");
   uint64_t frame = luna_loop_frame_count(t->b->loop);
   int64_t deadline = n > LUNA_NS_MAX ? LUNA_NS_MAX : (int64_t)frame + (int64_t)n;
   return arm_timer(L, t, timing, LUNA_TIMER_FRAME, deadline);
@@ -293,7 +306,7 @@ static int l_delay(lua_State *L) {
   luna_ns ns = luna__check_seconds(L, 1);
   luna_timing timing = luna__opt_timing(L, 2, LUNA_UPDATE);
   luna_clock clock = luna__opt_clock(L, 3, LUNA_CLOCK_SCALED);
-  luna__task *t = luna__check_await_in(L, luna__upvalue_binding(L), "task.delay");
+  luna__task *t = await_task(L, "task.delay");
   luna_ns now = luna_loop_time(t->b->loop, clock);
   return arm_timer(L, t, timing, kinds[clock], luna_ns_add(now, ns));
 }
@@ -304,7 +317,7 @@ static int wait_predicate(lua_State *L, bool until, const char *what) {
   int rc;
   luaL_checktype(L, 1, LUA_TFUNCTION);
   timing = luna__opt_timing(L, 2, LUNA_UPDATE);
-  t = luna__check_await_in(L, luna__upvalue_binding(L), what);
+  t = await_task(L, what);
   rc = luna_item_add(t->b->loop, timing, predicate_step, t, &t->on.item);
   if (rc != 0)
     return luaL_error(L, "%s: %s", what, luna_strerror(rc));
@@ -336,7 +349,7 @@ static int l_await(lua_State *L) {
     return luna__await_promise(L, 1, true);
   if (target == NULL)
     return luaL_typeerror(L, 1, "Task or Promise");
-  t = luna__check_await_in(L, luna__upvalue_binding(L), "task.await");
+  t = await_task(L, "task.await");
   if (LUNA__SETTLED(target)) {
     int n = luna__push_result(L, target);
     if (target->state == LUNA__DONE)
@@ -345,17 +358,10 @@ static int l_await(lua_State *L) {
   }
   if (target == t)
     return luaL_argerror(L, 1, "a task cannot await itself");
-  for (p = target; p != NULL && p->wait == LUNA__W_TASK; p = p->on.target)
-    if (p->on.target == t)
+  for (p = target; p != NULL && p->wait == LUNA__W_TASK; p = p->on.await.target)
+    if (p->on.await.target == t)
       return luaL_argerror(L, 1, "await cycle: that task is (indirectly) awaiting this one");
-  t->on.target = target;
-  t->aw_prev = target->aw_tail;
-  t->aw_next = NULL;
-  if (target->aw_tail != NULL)
-    target->aw_tail->aw_next = t;
-  else
-    target->aw_head = t;
-  target->aw_tail = t;
+  luna__link_awaiter(t, target);
   t->wait = LUNA__W_TASK;
   lua_settop(L, 1); /* keeps the awaited task alive while we wait */
   return luna__suspend(L, t);

@@ -19,6 +19,7 @@ static const char handler_key = 'h';
 static const char traceback_key = 't';
 
 lua_State *volatile luna__running = NULL;
+_Thread_local luna__task *luna__running_task = NULL;
 
 /* ---- accessors ------------------------------------------------------------ */
 
@@ -39,10 +40,6 @@ luna__binding *luna__check_binding(lua_State *L) {
   if (b->loop == NULL)
     luaL_error(L, "lunaloop: the loop was freed");
   return b;
-}
-
-lua_State *luna__exec_state(luna__binding *b) {
-  return b->current != NULL ? b->current->co : b->exec_L;
 }
 
 void luna__push_cancel_error(lua_State *L) {
@@ -263,12 +260,8 @@ static int binding_gc(lua_State *L) {
       luna_loop_free(b->loop);
     b->loop = NULL;
   }
-  if (b->ready != NULL) {
-    void *ud;
-    lua_Alloc alloc = lua_getallocf(L, &ud);
-    alloc(ud, b->ready, b->ready_cap * sizeof *b->ready, 0);
-    b->ready = NULL;
-  }
+  luna__ring_free(b, &b->ready);
+  luna__ring_free(b, &b->cancels);
   return 0;
 }
 

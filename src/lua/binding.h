@@ -67,27 +67,14 @@ typedef enum luna__wait {
   LUNA__W_EXTERNAL   /* something woken through luna__wake (composition) */
 } luna__wait;
 
+/* Fields in the order a resume touches them: the first 48 bytes are all a
+   yield round trip reads and writes (one cache line when the userdata
+   header leaves it aligned), the rest is bookkeeping. */
 struct luna__task {
   luna__binding *b;
   lua_State *co;      /* the coroutine; kept alive by user value 1 */
-  uint64_t id;        /* creation number, from 1 */
-  luna__task *prev, *next;       /* live tasks, creation order */
-  luna__task *aw_prev, *aw_next; /* links among the awaiters of on.target */
-  luna__task *aw_head, *aw_tail; /* tasks awaiting this one, in order */
-  luna__task *cancel_next;       /* queued cancellations */
-  /* What the current wait holds; a task waits on one thing at a time. */
-  union {
-    struct {
-      luna_timer_id id;
-      int64_t deadline; /* ns, or a frame number (introspection) */
-    } timer;            /* LUNA__W_TIMER */
-    luna_item_id item;  /* LUNA__W_PREDICATE */
-    luna__task *target; /* LUNA__W_TASK: the task awaited */
-  } on;
-  int ref;            /* in the registry (luaL_ref) while not settled */
-  int nresume;        /* values pushed on co for the next resume */
   uint32_t pending;   /* continuations and ready entries holding this task */
-  uint32_t created_frame; /* frame count at creation, modulo 2^32 */
+  int nresume;        /* values pushed on co for the next resume */
   uint8_t state;      /* luna__state */
   uint8_t wait;       /* luna__wait */
   uint8_t timing;     /* timing of the current wait */
@@ -97,7 +84,34 @@ struct luna__task {
   bool until;         /* predicate wait: true for wait_until */
   bool interrupt;     /* raise the cancellation error once at the next await
                          without cancelling the task (scope bodies) */
+  /* What the current wait holds; a task waits on one thing at a time. */
+  union {
+    struct {
+      luna_timer_id id;
+      int64_t deadline; /* ns, or a frame number (introspection) */
+    } timer;            /* LUNA__W_TIMER */
+    luna_item_id item;  /* LUNA__W_PREDICATE */
+    struct {
+      luna__task *target;       /* the task awaited */
+      luna__task *prev, *next;  /* among target's awaiters (a ring) */
+    } await;            /* LUNA__W_TASK */
+  } on;
+  luna__task *aw_head;  /* tasks awaiting this one, in order: a ring through
+                           their on.await links (aw_head's prev is the last);
+                           most tasks are never awaited, so one pointer here */
+  luna__task *prev, *next; /* live tasks, creation order */
+  uint64_t id;        /* creation number, from 1 */
+  int ref;            /* in the registry (luaL_ref) while not settled */
+  uint32_t created_frame; /* frame count at creation, modulo 2^32 */
 };
+
+/* A first-in first-out ring of tasks that grows through the state's
+   allocator (the host's, or a mod's capped one), doubling: steady state
+   allocates nothing. The ready queue and the queued cancellations. */
+typedef struct luna__ring {
+  luna__task **a;
+  size_t head, count, cap;
+} luna__ring;
 
 /* A task.on or task.every handle: calls one Lua function, from a runner item
    (on) or from a timer that re-arms itself (every). */
@@ -154,9 +168,7 @@ struct luna__binding {
   luna__task *current;   /* innermost task being resumed */
   int depth;             /* nested resumes */
   bool pumping;
-  /* ready queue: a ring of tasks woken and not yet resumed */
-  luna__task **ready;
-  size_t ready_head, ready_count, ready_cap;
+  luna__ring ready;       /* tasks woken and not yet resumed */
   /* live tasks in creation order */
   luna__task *first, *last;
   size_t ntasks;
@@ -164,9 +176,8 @@ struct luna__binding {
   /* registered task.on handles */
   luna__handle *handles;
   size_t nhandles;
-  /* cancellations requested while one is unwinding */
-  bool cancelling;
-  luna__task *cancel_head, *cancel_tail;
+  bool cancelling;        /* a cancellation is unwinding */
+  luna__ring cancels;     /* cancellations requested meanwhile */
   uint64_t spread_seq;   /* task.every{spread=true} registrations so far */
   luna__observer observers[LUNA__OBSERVERS];
   bool observed;         /* some slot of observers[] is installed */
@@ -191,13 +202,35 @@ static inline luna__binding *luna__upvalue_binding(lua_State *L) {
   return b;
 }
 
+/* The task being resumed on this thread (the innermost one), or NULL. Set
+   by luna__resume around lua_resume next to b->current; the awaits read it
+   to find their task without a lookup (luna__fast_await). Thread-local, so
+   states driven on different threads never see each other's task. */
+extern _Thread_local luna__task *luna__running_task;
+
+/* The task calling an await when everything luna__check_await_in verifies
+   holds: L is the task being resumed, it may suspend here, no cancellation
+   or interrupt is pending and its loop is alive. NULL otherwise: the caller
+   then takes the checked path, which raises the right error. One compare
+   chain instead of a binding lookup on every await (issue #5, W1). */
+static inline luna__task *luna__fast_await(lua_State *L) {
+  luna__task *t = luna__running_task;
+  if (t != NULL && t->co == L && !t->cancel_requested && !t->interrupt &&
+      t->b->loop != NULL && lua_isyieldable(L))
+    return t;
+  return NULL;
+}
+
+/* The thread on which callbacks and handlers may be called now. */
+static inline lua_State *luna__exec_state(luna__binding *b) {
+  return b->current != NULL ? b->current->co : b->exec_L;
+}
+
 /* ---- binding.c ---------------------------------------------------------- */
 /* The binding of L; raises a Lua error when there is none or its loop was freed. */
 luna__binding *luna__check_binding(lua_State *L);
 /* The binding of L or NULL, never raises. */
 luna__binding *luna__get_binding(lua_State *L);
-/* The thread on which callbacks and handlers may be called now. */
-lua_State *luna__exec_state(luna__binding *b);
 /* Pushes the cancellation error value. */
 void luna__push_cancel_error(lua_State *L);
 bool luna__is_cancel_error(lua_State *L, int idx);
@@ -229,6 +262,10 @@ int luna__start_at(luna__binding *b, luna__task *t, luna_timing timing);
 /* Wakes a suspended task: the nvalues values on top of L are moved to it
    (raised at its await if is_error). It is resumed by the outermost pump. */
 void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool is_error);
+/* Makes a (suspending on task.await) the last awaiter of target. */
+void luna__link_awaiter(luna__task *a, luna__task *target);
+/* Frees a ring's array (the binding is closing). */
+void luna__ring_free(luna__binding *b, luna__ring *r);
 /* Resumes the ready queue if nothing else is resuming. */
 void luna__pump(luna__binding *b);
 /* Cancels t (returns after it unwound unless called during an unwinding). */

@@ -121,18 +121,32 @@ static void maybe_release(luna__binding *b, luna__task *t) {
   t->ref = LUA_NOREF;
 }
 
+/* Appends a to the awaiters of target (a ring: the head's prev is the last). */
+void luna__link_awaiter(luna__task *a, luna__task *target) {
+  luna__task *head = target->aw_head;
+  a->on.await.target = target;
+  if (head == NULL) {
+    a->on.await.prev = a->on.await.next = a;
+    target->aw_head = a;
+    return;
+  }
+  a->on.await.prev = head->on.await.prev;
+  a->on.await.next = head;
+  head->on.await.prev->on.await.next = a;
+  head->on.await.prev = a;
+}
+
 static void unlink_awaiter(luna__task *a) {
-  luna__task *target = a->on.target;
-  if (a->aw_prev != NULL)
-    a->aw_prev->aw_next = a->aw_next;
-  else
-    target->aw_head = a->aw_next;
-  if (a->aw_next != NULL)
-    a->aw_next->aw_prev = a->aw_prev;
-  else
-    target->aw_tail = a->aw_prev;
-  a->aw_prev = a->aw_next = NULL;
-  a->on.target = NULL;
+  luna__task *target = a->on.await.target;
+  if (a->on.await.next == a) {
+    target->aw_head = NULL;
+  } else {
+    a->on.await.prev->on.await.next = a->on.await.next;
+    a->on.await.next->on.await.prev = a->on.await.prev;
+    if (target->aw_head == a)
+      target->aw_head = a->on.await.next;
+  }
+  a->on.await.target = a->on.await.prev = a->on.await.next = NULL;
 }
 
 /* Removes whatever the task waits on that can be removed now. */
@@ -153,37 +167,50 @@ static void disarm(luna__binding *b, luna__task *t) {
   t->wait = LUNA__W_NONE;
 }
 
-/* ---- the ready ring ------------------------------------------------------------ */
+/* ---- rings of tasks ------------------------------------------------------------ */
 
-/* The ring grows through the state's allocator (the host's, or a mod's
-   capped one), doubling, so steady state allocates nothing. */
-static void ready_push(luna__binding *b, luna__task *t) {
-  if (b->ready_count == b->ready_cap) {
-    size_t cap = b->ready_cap ? b->ready_cap * 2 : 64;
+/* Appends t to the ring r of binding b, growing it when full (raises a Lua
+   error on b's main thread when memory is exhausted). */
+static void ring_push(luna__binding *b, luna__ring *r, luna__task *t) {
+  if (r->count == r->cap) {
+    size_t cap = r->cap ? r->cap * 2 : 64;
     void *ud;
     lua_Alloc alloc = lua_getallocf(b->L, &ud);
-    luna__task **ring = (luna__task **)alloc(ud, NULL, 0, cap * sizeof *ring);
+    luna__task **a = (luna__task **)alloc(ud, NULL, 0, cap * sizeof *a);
     size_t i;
-    if (ring == NULL)
+    if (a == NULL)
       luaL_error(b->L, "lunaloop: out of memory");
-    for (i = 0; i < b->ready_count; i++)
-      ring[i] = b->ready[(b->ready_head + i) % b->ready_cap];
-    if (b->ready != NULL)
-      alloc(ud, b->ready, b->ready_cap * sizeof *ring, 0);
-    b->ready = ring;
-    b->ready_cap = cap;
-    b->ready_head = 0;
+    for (i = 0; i < r->count; i++)
+      a[i] = r->a[(r->head + i) % r->cap];
+    if (r->a != NULL)
+      alloc(ud, r->a, r->cap * sizeof *a, 0);
+    r->a = a;
+    r->cap = cap;
+    r->head = 0;
   }
-  b->ready[(b->ready_head + b->ready_count) % b->ready_cap] = t;
-  b->ready_count++;
-  t->pending++;
+  r->a[(r->head + r->count) % r->cap] = t;
+  r->count++;
 }
 
-static luna__task *ready_pop(luna__binding *b) {
-  luna__task *t = b->ready[b->ready_head];
-  b->ready_head = (b->ready_head + 1) % b->ready_cap;
-  b->ready_count--;
+static luna__task *ring_pop(luna__ring *r) {
+  luna__task *t = r->a[r->head];
+  r->head = (r->head + 1) % r->cap;
+  r->count--;
   return t;
+}
+
+void luna__ring_free(luna__binding *b, luna__ring *r) {
+  void *ud;
+  lua_Alloc alloc = lua_getallocf(b->L, &ud);
+  if (r->a != NULL)
+    alloc(ud, r->a, r->cap * sizeof *r->a, 0);
+  memset(r, 0, sizeof *r);
+}
+
+/* Queues a woken task; the entry holds it (t->pending). */
+static void ready_push(luna__binding *b, luna__task *t) {
+  ring_push(b, &b->ready, t);
+  t->pending++;
 }
 
 /* ---- settling ---------------------------------------------------------------------- */
@@ -381,12 +408,14 @@ static void count_resume(luna__binding *b) {
 static void resume(luna__binding *b, luna__task *t, int nargs) {
   lua_State *from = luna__exec_state(b);
   luna__task *outer = b->current;
+  luna__task *outer_task = luna__running_task;
   lua_State *outer_running = luna__running;
   int st, nres = 0;
 
   t->state = LUNA__RUNNING;
   t->wait = LUNA__W_NONE;
   b->current = t;
+  luna__running_task = t;
   b->depth++;
   count_resume(b);
   LUNA__OBSERVE(b, on_resume, t, true);
@@ -403,6 +432,7 @@ static void resume(luna__binding *b, luna__task *t, int nargs) {
   LUNA__OBSERVE(b, on_resume, t, false);
   b->depth--;
   b->current = outer;
+  luna__running_task = outer_task;
 
   if (st == LUA_YIELD) {
     lua_pop(t->co, nres);
@@ -414,12 +444,12 @@ static void resume(luna__binding *b, luna__task *t, int nargs) {
   }
 }
 
-void luna__pump(luna__binding *b) {
-  if (b->pumping || b->depth > 0)
-    return;
+/* luna__pump's loop, once there is something to resume and nothing else
+   resumes. */
+static void pump_ready(luna__binding *b) {
   b->pumping = true;
-  while (b->ready_count > 0) {
-    luna__task *t = ready_pop(b);
+  while (b->ready.count > 0) {
+    luna__task *t = ring_pop(&b->ready);
     t->pending--;
     if (t->state == LUNA__READY)
       resume(b, t, t->nresume);
@@ -429,10 +459,16 @@ void luna__pump(luna__binding *b) {
   b->pumping = false;
 }
 
+void luna__pump(luna__binding *b) {
+  if (b->ready.count > 0 && !b->pumping && b->depth == 0)
+    pump_ready(b);
+}
+
 /* Resumes t now, then, at the outermost level, everything it woke. */
 static void run_now(luna__binding *b, luna__task *t, int nargs) {
   resume(b, t, nargs);
-  luna__pump(b);
+  if (b->ready.count > 0) /* most resumes wake nobody: no call */
+    luna__pump(b);
 }
 
 void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool is_error) {
@@ -552,23 +588,15 @@ void luna__cancel(luna__binding *b, luna__task *t) {
   if (b->cancelling) {
     /* Another cancellation is unwinding (we are in a __close handler): queue
        this one; the outermost cancel finishes it before returning. */
+    ring_push(b, &b->cancels, t);
     t->cancel_requested = true;
-    t->cancel_next = NULL;
-    if (b->cancel_tail != NULL)
-      b->cancel_tail->cancel_next = t;
-    else
-      b->cancel_head = t;
-    b->cancel_tail = t;
     t->pending++;
     return;
   }
   b->cancelling = true;
   cancel_one(b, t);
-  while (b->cancel_head != NULL) {
-    luna__task *next = b->cancel_head;
-    b->cancel_head = next->cancel_next;
-    if (b->cancel_head == NULL)
-      b->cancel_tail = NULL;
+  while (b->cancels.count > 0) {
+    luna__task *next = ring_pop(&b->cancels);
     next->pending--;
     next->cancel_requested = false; /* let cancel_one see it as live */
     if (!LUNA__SETTLED(next))
