@@ -193,14 +193,6 @@ void luna__check_cancelled(lua_State *L, luna__binding *b, bool before) {
 
 /* ---- waking from the core ------------------------------------------------------ */
 
-static void timer_cb(luna_loop *loop, void *arg) {
-  luna__task *t = (luna__task *)arg;
-  (void)loop;
-  /* A cancelled task's timer was cancelled with it, so t is waiting here. */
-  luna__wake(t->b, t, t->co, 0, false);
-  luna__pump(t->b);
-}
-
 /* A predicate item: calls pred at each run until it answers; a raising
    predicate raises inside the waiting task (a pcall there catches it). */
 static bool predicate_step(luna_loop *loop, void *arg) {
@@ -253,7 +245,7 @@ static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
   luna_loop *loop = t->b->loop;
   /* luna_timer_add without its checks: timing and kind are valid here. */
   int rc = luna__timers_add(&loop->timers, &loop->alloc, (int)timing, kind, deadline,
-                            timer_cb, t, &t->on.timer.id);
+                            luna__timer_cb, t, &t->on.timer.id);
   if (rc != 0)
     return luaL_error(L, "lunaloop: cannot add a timer: %s", luna_strerror(rc));
   t->wait = LUNA__W_TIMER;

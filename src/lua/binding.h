@@ -34,6 +34,14 @@
 
 #include "lunaloop.h"
 
+#if defined(__GNUC__) || defined(__clang__)
+#define LUNA__ALWAYS_INLINE inline __attribute__((always_inline))
+#define LUNA__NOINLINE __attribute__((noinline))
+#else
+#define LUNA__ALWAYS_INLINE inline
+#define LUNA__NOINLINE
+#endif
+
 #define LUNA__TASK_MT "lunaloop.Task"
 #define LUNA__HANDLE_MT "lunaloop.Handle"
 #define LUNA__CANCEL_MT "lunaloop.Cancelled"
@@ -292,6 +300,8 @@ int luna__open_task(lua_State *L);
    binding.c for purging). */
 void luna__resume_cb(luna_loop *loop, void *arg);
 void luna__start_cb(luna_loop *loop, void *arg);
+/* The callback of the timer of a delay or frame wait (arg: the task). */
+void luna__timer_cb(luna_loop *loop, void *arg);
 
 /* ---- await.c ------------------------------------------------------------ */
 /* Checks that L is a task that may await now and returns it; raises a clear
