@@ -2,11 +2,21 @@
 ** repl.c: `lunaloop repl [options]`, a live loop with a prompt.
 **
 ** The loop keeps ticking at --hz while the prompt waits: one thread polls
-** stdin with a timeout that ends when the next frame is due, and feeds what
-** it reads to libedit through its readline-compatible callback interface
-** (rl_callback_handler_install / rl_callback_read_char), which never blocks
-** for a whole line. When stdin is not a terminal, lines are read without
-** libedit, prompts and history, so the REPL can also be fed by a pipe.
+** stdin with a timeout that ends when the next frame is due, and hands each
+** key to libedit in its unbuffered mode (el_wgets edits one key a call), so
+** reading never blocks for a whole line. When stdin is not a terminal, lines
+** are read without libedit, prompts and history, so the REPL can also be
+** fed by a pipe.
+**
+** libedit is used through its own wide-character API (histedit.h), not its
+** readline-compatible layer: in Debian 12's libedit (3.1-20221030) every
+** rl_callback_read_char writes a NUL through rl_line_buffer, a pointer that
+** rl_initialize took into a 1,024-byte conversion buffer and that goes stale
+** once a longer line makes libedit reallocate that buffer; a typed line of a
+** few thousand characters then corrupts the heap. That layer also encodes
+** the whole line to multibyte twice per key, which makes echo quadratic in
+** the line's length; el_wgets returns libedit's own buffer, and the line is
+** encoded once, when it is entered.
 **
 ** Each entered chunk runs as a task, so it may await at top level; the
 ** prompt returns when that chunk (the foreground task) settles, while the
@@ -25,6 +35,7 @@
 ** to-be-closed variables run) and exits 0.
 */
 #include <errno.h>
+#include <locale.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -33,8 +44,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
+#include <wchar.h>
 
-#include <editline/readline.h>
+#include <histedit.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -49,8 +61,8 @@
 #define HISTORY_MAX 1000
 #define NAME_MAX_LEN 24 /* a chunk's task is named after its first characters */
 
-/* The REPL is one per process: libedit's callback interface and the signal
-   handlers have no user data, so its state is a file-level singleton. */
+/* The REPL is one per process: the signal handlers and libedit's prompt
+   function have no user data, so its state is a file-level singleton. */
 static struct repl {
   lua_State *L;
   luna_loop *loop;
@@ -58,14 +70,14 @@ static struct repl {
   luna_pacer pacer;
   bool paused;
   bool tty;              /* stdin and stdout are terminals: libedit is used */
+  EditLine *el;          /* the line editor (tty only) */
+  History *hist;         /* its history (tty only) */
   bool quit;
   int status;            /* exit status once quit */
   /* Input. */
   char *pending;         /* the lines of an unfinished chunk, or NULL */
   size_t pending_len;
-  bool reading;          /* the libedit handler is installed: prompt shown */
-  bool in_linefunc;      /* inside libedit's line callback: no prompt shown */
-  bool line_done;        /* the line callback ran during rl_callback_read_char */
+  bool reading;          /* libedit edits a line: prompt shown, terminal raw */
   bool hidden;           /* out_begin erased the line; out_end redraws it */
   bool at_line_start;    /* the last output ended with a newline */
   const char *prompt;
@@ -109,11 +121,12 @@ static int terminal_columns(void) {
 /* Erases the prompt and the line being typed, so output can be written on
    a clean line. libedit keeps the text; out_end redraws it. */
 static void out_begin(void) {
-  if (!R.reading || R.in_linefunc || R.hidden)
+  if (!R.reading || R.hidden)
     return;
   int cols = terminal_columns();
-  int point = rl_point >= 0 ? rl_point : 0;
-  int rows = (int)(strlen(R.prompt) + (size_t)point) / cols;
+  const LineInfoW *li = el_wline(R.el);
+  size_t point = (size_t)(li->cursor - li->buffer); /* characters */
+  int rows = (int)((strlen(R.prompt) + point) / (size_t)cols);
   fflush(stdout);
   fputs("\r", stdout);
   if (rows > 0)
@@ -132,7 +145,7 @@ static void out_end(void) {
     R.at_line_start = true;
   }
   fflush(stdout);
-  rl_forced_update_display(); /* prompt and line, cursor where it was */
+  el_set(R.el, EL_REFRESH); /* prompt and line, cursor where it was */
   R.hidden = false;
 }
 
@@ -320,21 +333,36 @@ static void call_method(int task_idx, const char *name, int nresults) {
 
 /* ---- the prompt -------------------------------------------------------------- */
 
-static void on_line(char *line);
+/* libedit's prompt function: the prompt in force. */
+static char *prompt_text(EditLine *el) {
+  (void)el;
+  return (char *)R.prompt;
+}
 
+/* Starts editing a new, empty line: libedit puts the terminal in its raw
+   mode and draws the prompt when it enters its unbuffered mode. */
 static void show_prompt(void) {
   if (!R.tty || R.reading || R.quit)
     return;
   fflush(stdout);
-  rl_callback_handler_install(R.prompt, on_line);
+  el_set(R.el, EL_UNBUFFERED, 1);
   R.reading = true;
 }
 
+/* Stops editing (after a line, or while a chunk runs): the terminal is back
+   in its own mode, so it echoes what is typed (^C) itself. */
 static void hide_prompt(void) {
   if (!R.reading)
     return;
-  rl_callback_handler_remove();
+  el_set(R.el, EL_UNBUFFERED, 0);
   R.reading = false;
+}
+
+/* Adds a line (or chunk) to the history, on a terminal. */
+static void remember(const char *line) {
+  HistEvent ev;
+  if (R.tty)
+    history(R.hist, &ev, H_ENTER, line);
 }
 
 /* ---- frames ------------------------------------------------------------------ */
@@ -535,14 +563,12 @@ static void eval_pending(bool force_bg) {
     }
     out_printf(stderr, "%s\n", lua_tostring(L, -1));
     lua_pop(L, 1);
-    if (R.tty)
-      add_history(R.pending);
+    remember(R.pending);
     drop_pending();
     return;
   }
 run:
-  if (R.tty)
-    add_history(R.pending);
+  remember(R.pending);
   char *code = R.pending;
   R.pending = NULL;
   drop_pending();
@@ -740,16 +766,15 @@ static void command(char *line) {
 
 /* ---- input --------------------------------------------------------------------- */
 
-/* A whole line of input (NULL at end of input). libedit calls it from
-   rl_callback_read_char; it owns `line` (malloc'd) once called. */
+/* A whole line of input (NULL at end of input), from the terminal or a
+   pipe. `line` is the caller's, and may be changed. */
 static void handle_line(char *line) {
   if (line == NULL) {
     R.quit = true;
     return;
   }
   if (R.pending == NULL && line[strspn(line, " \t")] == ':') {
-    if (R.tty)
-      add_history(line);
+    remember(line);
     command(line + strspn(line, " \t"));
     return;
   }
@@ -770,13 +795,51 @@ static void handle_line(char *line) {
   eval_pending(false);
 }
 
-static void on_line(char *line) {
-  R.in_linefunc = true;
+/* The n characters of a line libedit edited, as a multibyte string in the
+   locale's encoding (malloc'd), or NULL when memory is short. A character
+   the locale cannot encode becomes '?'. */
+static char *encode_line(const wchar_t *w, size_t n) {
+  char *s = malloc(n * MB_CUR_MAX + 1);
+  if (s == NULL)
+    return NULL;
+  mbstate_t st;
+  memset(&st, 0, sizeof st);
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = wcrtomb(s + len, w[i], &st);
+    if (k == (size_t)-1) {
+      s[len++] = '?';
+      memset(&st, 0, sizeof st);
+    } else {
+      len += k;
+    }
+  }
+  s[len] = '\0';
+  return s;
+}
+
+/* Terminal input: hands libedit one key (an escape sequence counts as one),
+   which it edits into the line and echoes. Enter ends the line (libedit
+   appends a newline), as does Ctrl-D on an empty line (libedit returns the
+   ^D alone): the prompt is hidden, and the line (or the end of input) is
+   handled. */
+static void read_key(void) {
+  int n = 0;
+  const wchar_t *w = el_wgets(R.el, &n);
+  if (w == NULL || n <= 0)
+    return; /* an empty line, or a read error */
+  bool eof = n == 1 && w[0] == ('D' & 0x1f);
+  if (!eof && w[n - 1] != L'\n')
+    return; /* still editing */
+  char *line = eof ? NULL : encode_line(w, (size_t)n - 1);
+  hide_prompt();
   R.at_line_start = true;
+  if (!eof && line == NULL) {
+    out_printf(stderr, LUNA_PROGNAME ": not enough memory\n");
+    return;
+  }
   handle_line(line);
   free(line);
-  R.in_linefunc = false;
-  R.line_done = true;
 }
 
 /* Non-tty input: reads what is there and hands over the complete lines, one
@@ -843,27 +906,6 @@ static void restore_signals(void) {
   sigaction(SIGWINCH, &old_sigwinch, NULL);
 }
 
-/* libedit reads keys through this: a key injected by the REPL comes first
-   (see handle_sigint), then the terminal, one byte a call. */
-static int injected = -1;
-static int read_key(FILE *f) {
-  unsigned char c;
-  if (injected >= 0) {
-    c = (unsigned char)injected;
-    injected = -1;
-    return c;
-  }
-  for (;;) {
-    ssize_t n = read(fileno(f), &c, 1);
-    if (n == 1)
-      return c;
-    if (n == 0 || errno != EINTR)
-      return EOF;
-    if (got_sigint)
-      return EOF; /* never reached in practice: poll said a key is there */
-  }
-}
-
 /* Ctrl-C: cancels the foreground chunk, or else forgets the line being
    typed (and an unfinished chunk) and shows a fresh prompt. */
 static void handle_sigint(void) {
@@ -885,17 +927,11 @@ static void handle_sigint(void) {
   }
   drop_pending();
   if (R.reading) {
-    /* Debian 12's libedit cannot clear the line through its readline API
-       (rl_replace_line ignores "", rl_delete_text never deletes up to the
-       end): it is cleared the way a person would, with a Ctrl-U
-       (em-kill-line) that read_key hands to libedit first. */
+    /* libedit starts a new, empty line, with the prompt now in force, each
+       time it enters its unbuffered mode. */
     fputs("^C\r\n", stdout);
-    rl_set_prompt(R.prompt);
-    injected = 'U' & 0x1f;
-    rl_callback_read_char();
-    fflush(stdout);
-    fputs("\r\033[J", stdout);
-    rl_forced_update_display();
+    hide_prompt();
+    show_prompt();
   }
 }
 
@@ -914,6 +950,55 @@ static char *history_path(void) {
 }
 
 /* ---- setup and the main loop ------------------------------------------------------ */
+
+/* Keys that libedit's readline layer bound, kept for the same keyboard:
+   Home, End, Delete and Insert as terminals send them, Ctrl-arrows and
+   Esc-arrows for words, Ctrl-R for an incremental history search. */
+static const char *const key_bindings[][2] = {
+  {"^R", "em-inc-search-prev"},
+  {"\\e[1~", "ed-move-to-beg"},      {"\\e[4~", "ed-move-to-end"},
+  {"\\e[7~", "ed-move-to-beg"},      {"\\e[8~", "ed-move-to-end"},
+  {"\\e[H", "ed-move-to-beg"},       {"\\e[F", "ed-move-to-end"},
+  {"\\e[3~", "ed-delete-next-char"}, {"\\e[2~", "ed-quoted-insert"},
+  {"\\e[1;5C", "em-next-word"},      {"\\e[1;5D", "ed-prev-word"},
+  {"\\e[5C", "em-next-word"},        {"\\e[5D", "ed-prev-word"},
+  {"\\e\\e[C", "em-next-word"},      {"\\e\\e[D", "ed-prev-word"},
+};
+
+/* Sets up libedit on the terminal: emacs keys, the bindings above, then
+   ~/.editrc (its lines may start with "lunaloop:"), and the history file.
+   False when libedit cannot be set up. The editor is never ended: el_end
+   restores the terminal with TCSAFLUSH, which would throw away what was
+   typed ahead of the exit; hide_prompt has restored its mode already. */
+static bool open_editor(void) {
+  /* Keys arrive in the terminal's encoding, usually UTF-8: as GNU readline
+     does, the REPL takes LC_CTYPE from the environment to decode them. */
+  setlocale(LC_CTYPE, "");
+  R.el = el_init(LUNA_PROGNAME, stdin, stdout, stderr);
+  R.hist = history_init();
+  if (R.el == NULL || R.hist == NULL) {
+    if (R.el != NULL)
+      el_end(R.el);
+    if (R.hist != NULL)
+      history_end(R.hist);
+    R.el = NULL;
+    R.hist = NULL;
+    return false;
+  }
+  HistEvent ev;
+  history(R.hist, &ev, H_SETSIZE, HISTORY_MAX);
+  el_set(R.el, EL_EDITOR, "emacs");
+  el_set(R.el, EL_SIGNAL, 0); /* our handlers, not libedit's */
+  el_set(R.el, EL_PROMPT, prompt_text);
+  el_set(R.el, EL_HIST, history, R.hist);
+  for (size_t i = 0; i < sizeof key_bindings / sizeof key_bindings[0]; i++)
+    el_set(R.el, EL_BIND, key_bindings[i][0], key_bindings[i][1], (const char *)NULL);
+  el_source(R.el, NULL);
+  R.history = history_path();
+  if (R.history != NULL)
+    history(R.hist, &ev, H_LOAD, R.history);
+  return true;
+}
 
 /* Globals of the REPL's state: task, and print / io.write / the error
    handler routed through out_write. */
@@ -950,7 +1035,7 @@ static void main_loop(void) {
     if (got_sigwinch) {
       got_sigwinch = 0;
       if (R.tty)
-        rl_resize_terminal();
+        el_resize(R.el);
     }
     check_exit();
     if (R.quit)
@@ -979,17 +1064,9 @@ static void main_loop(void) {
     bool want_input = idle && !R.in_eof;
     int n = poll(&pfd, want_input ? 1 : 0, timeout);
     if (n > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-      if (R.tty) {
-        rl_callback_read_char();
-        /* After a line, libedit (Debian 12's 3.1-20221030) leaves its
-           editing mode and does not draw a prompt: the handler is
-           installed again, with the prompt now in force, once no chunk
-           runs. */
-        if (R.line_done) {
-          R.line_done = false;
-          hide_prompt();
-        }
-      } else
+      if (R.tty)
+        read_key(); /* after a line, the prompt comes back once no chunk runs */
+      else
         read_plain();
       continue; /* more input may be waiting; the frame check comes again */
     }
@@ -1054,16 +1131,11 @@ int luna__cli_repl(int argc, char **argv, int first) {
     luna__trace_attach(R.trace, R.L);
   }
 
+  if (R.tty && !open_editor()) {
+    fprintf(stderr, LUNA_PROGNAME ": cannot set up line editing; reading plain lines\n");
+    R.tty = false;
+  }
   if (R.tty) {
-    rl_readline_name = "lunaloop";
-    rl_catch_signals = 0; /* our handlers, not libedit's */
-    rl_getc_function = read_key;
-    rl_initialize();
-    using_history();
-    stifle_history(HISTORY_MAX);
-    R.history = history_path();
-    if (R.history != NULL)
-      read_history(R.history);
     printf(LUNA_PROGNAME " %s (%s): each chunk runs as a task; :help for commands\n",
            LUNA_VERSION_STRING, LUA_RELEASE);
   }
@@ -1082,7 +1154,8 @@ int luna__cli_repl(int argc, char **argv, int first) {
   in_lua = 0;
   restore_signals();
   if (R.history != NULL) {
-    write_history(R.history);
+    HistEvent ev;
+    history(R.hist, &ev, H_SAVE, R.history);
     free(R.history);
   }
   status = R.status;

@@ -292,6 +292,66 @@ def case_trace_on_and_off():
     check(sum(1 for e in events if e["ph"] == "i" and e["name"] == "frame") >= 5, "frame markers")
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of process pid so far, or None without /proc."""
+    try:
+        fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def case_a_long_typed_line():
+    """Issue #7: typing a line of 8,000 characters aborted the debug build
+    inside libedit ("malloc(): invalid next size"). Its readline-compatible
+    callback interface keeps rl_line_buffer pointing at the buffer the line
+    was first encoded into, and writes through it on every key once the line
+    has outgrown that buffer's 1,024 bytes (valgrind: "invalid write ... in
+    rl_callback_read_char"). Each key also re-encoded the whole line twice,
+    so echoing a line took time quadratic in its length. The line is typed
+    key by key (a few keys a read), then run."""
+    n = 8000
+    s = start("--fast")
+    try:
+        line = "x = '" + "a" * n + "' print(#x)"
+        cpu0 = cpu_seconds(s.pid)
+        for i in range(0, len(line), 8):
+            os.write(s.fd, line[i:i + 8].encode())
+            s.pump(0.001)
+        s.wait_for(lambda t: t.endswith("a' print(#x)"), 60, "the whole line echoed")
+        cpu1 = cpu_seconds(s.pid)
+        s.type("\r")
+        s.wait_for("\n%d\n" % n, 30)
+        wait_prompt(s)
+        typed = s.screen.text().split("> x = '", 1)[1].split("' print(#x)", 1)[0]
+        check(typed.replace("\n", "") == "a" * n, "the echoed line is the typed line", s)
+        # Linear echo: 8,000 keys cost a few hundredths of a second of CPU
+        # here; the quadratic echo cost about 3 s (more on a slower machine).
+        if cpu0 is not None:
+            check(cpu1 - cpu0 < 1.0, "echoing %d keys took %.2f s of CPU" % (len(line), cpu1 - cpu0), s)
+        enter(s, "6 * 7")
+        s.wait_for("\n42\n")
+        wait_prompt(s)
+        # The line is in the history, whole (two entries back).
+        s.type("\x1b[A\x1b[A")
+        s.wait_for(lambda t: t.endswith("' print(#x)") and last_line(t) != ">")
+    finally:
+        s.close()
+
+
+def case_utf8_keys():
+    """Keys are decoded in the locale's encoding and the line reaches Lua
+    in it: two UTF-8 characters typed are five bytes in the string."""
+    s = start(env={"LC_ALL": "C.UTF-8"})
+    try:
+        s.type("s = '\u00e9\u20ac'\r")
+        wait_prompt(s)
+        enter(s, "#s, s")
+        s.wait_for(re.compile("\n5\\s+\u00e9\u20ac\n").search)
+    finally:
+        s.close()
+
+
 def case_piped_input_runs_line_by_line():
     """Without a terminal: no prompt, no libedit; each chunk still finishes
     before the next line runs, and the end of input exits 0."""
