@@ -91,17 +91,22 @@ static struct repl {
   luna_trace *trace;
 } R;
 
-/* Set by the signal handlers, consumed by the main loop. */
-static volatile sig_atomic_t got_sigint, got_sigwinch, in_lua;
+/* Set by the signal handlers, consumed by the main loop (and :step). */
+static volatile sig_atomic_t got_sigint, got_sigwinch;
+/* Set by the REPL: Lua code may be running; :step runs its frames. */
+static volatile sig_atomic_t in_lua, stepping;
 static struct sigaction old_sigint, old_sigwinch;
 
 static void on_sigint(int sig) {
   (void)sig;
-  got_sigint = 1;
   /* Lua code that is running now (a chunk stuck in a loop) is stopped at
-     its next instruction; the main loop then cancels the chunk. */
-  if (in_lua)
+     its next instruction; the main loop then cancels the chunk. During
+     :step, Ctrl-C stops the steps between frames and leaves alone the task
+     or callback that the frame runs at that instant; a second Ctrl-C,
+     before the frame ends, interrupts it (a frame stuck in a loop). */
+  if (in_lua && (!stepping || got_sigint))
     luna_lua_interrupt();
+  got_sigint = 1;
 }
 
 static void on_sigwinch(int sig) {
@@ -585,7 +590,8 @@ static const char help_text[] =
   "Ctrl-D exits after cancelling every task.\n"
   "  :tasks             live tasks: id, name, status, wait, timing, due, age\n"
   "  :pause, :resume    stop and restart the frames\n"
-  "  :step [N]          run N frames now (default 1), pausing first\n"
+  "  :step [N]          run N frames now (default 1), pausing first;\n"
+  "                     Ctrl-C stops it after the current frame\n"
   "  :timescale X       set the time scale\n"
   "  :hz N              set the frame rate\n"
   "  :cancel ID         cancel the task with that id\n"
@@ -689,8 +695,19 @@ static void command(char *line) {
       return;
     }
     R.paused = true;
-    for (long long i = 0; i < count && !R.quit; i++)
+    long long done = 0;
+    stepping = 1; /* Ctrl-C stops between frames (see on_sigint) */
+    while (done < count && !R.quit && !got_sigint) {
       run_frame(R.opts.frame_dt_ns);
+      done++;
+    }
+    stepping = 0;
+    if (got_sigint) {
+      got_sigint = 0;
+      if (R.tty)
+        out_write(stdout, "\n", 1); /* after the ^C the terminal echoed */
+      out_printf(stdout, "stopped after %lld of %lld frames\n", done, count);
+    }
     report_frame("paused");
   } else if (strcmp(cmd, "timescale") == 0) {
     if (*arg == '\0') {

@@ -339,6 +339,48 @@ def case_a_long_typed_line():
         s.close()
 
 
+def case_ctrl_c_stops_a_long_step():
+    """Issue #7: `:step 100000000` ran every frame before looking at the
+    keyboard, so Ctrl-C could not stop it. It now stops after the current
+    frame, says how many ran, and the loop stays paused. That Ctrl-C does
+    not interrupt the callback the frame was running (a busy one here); a
+    second Ctrl-C does, for a frame that never ends."""
+    s = start("--fast")
+    try:
+        enter(s, ":pause")
+        s.wait_for(re.compile(r"paused at frame \d+").search)
+        enter(s, "f0, n = task.frame(), 0 busy = task.on('Update', function() for i = 1, 2000 do n = n + 1 end end)")
+        wait_prompt(s)
+        enter(s, ":step 100000000")
+        s.pump(0.5)
+        check(last_line(s.screen.text()) != ">", "the step holds the prompt", s)
+        s.type("\x03")
+        text = s.wait_for(re.compile(r"\^C\nstopped after \d+ of 100000000 frames\npaused at frame \d+\n>").search,
+                          10, "the step stopped by Ctrl-C")
+        done = int(re.search(r"stopped after (\d+) of", text).group(1))
+        check(done > 0, "some frames ran", s)
+        check("interrupted" not in text, "the busy callback was left alone", s)
+        enter(s, "task.frame() - f0, n == 2000 * (task.frame() - f0)")
+        s.wait_for(re.compile(r"\n%d\s+true\n" % done).search, what="the frames it said, each whole")
+        s.pump(0.3)
+        enter(s, "'still paused', task.frame() - f0")
+        s.wait_for(re.compile(r"still paused\s+%d\n" % done).search)
+        # A frame that never ends: the first Ctrl-C waits for it, the second
+        # interrupts it.
+        enter(s, "busy:remove() task.on('Update', function() while true do end end)")
+        wait_prompt(s)
+        enter(s, ":step 5")
+        s.pump(0.3)
+        s.type("\x03")
+        s.pump(0.5)
+        check("stopped after" not in s.screen.text().split(":step 5", 1)[1], "the first Ctrl-C waits for the frame", s)
+        s.type("\x03")
+        s.wait_for(re.compile(r"interrupted(.*\n)*stopped after 1 of 5 frames\npaused at frame \d+\n>").search,
+                   10, "the stuck frame interrupted")
+    finally:
+        s.close()
+
+
 def case_utf8_keys():
     """Keys are decoded in the locale's encoding and the line reaches Lua
     in it: two UTF-8 characters typed are five bytes in the string."""
