@@ -60,6 +60,8 @@
 #define HISTORY_FILE ".lunaloop_history"
 #define HISTORY_MAX 1000
 #define NAME_MAX_LEN 24 /* a chunk's task is named after its first characters */
+#define BG_USAGE "usage: :bg CODE\n"
+#define AMP_USAGE "usage: CODE & (runs CODE in the background)\n"
 
 /* The REPL is one per process: the signal handlers and libedit's prompt
    function have no user data, so its state is a file-level singleton. */
@@ -544,6 +546,14 @@ static void drop_pending(void) {
   R.prompt = PROMPT;
 }
 
+/* True when code[0..len) is only blanks. */
+static bool blank(const char *code, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (strchr(" \t\r\n", code[i]) == NULL)
+      return false;
+  return true;
+}
+
 /* Runs (or keeps, when unfinished) the pending chunk. `force_bg`: :bg. */
 static void eval_pending(bool force_bg) {
   lua_State *L = R.L;
@@ -553,6 +563,11 @@ static void eval_pending(bool force_bg) {
   /* `chunk &`: only when what comes before the & is a whole chunk; `a &`
      followed by more lines is Lua's bitwise and. */
   if (strip_background(R.pending, &len)) {
+    if (blank(R.pending, len)) { /* `&` alone would start an empty task */
+      out_printf(stderr, force_bg ? BG_USAGE : AMP_USAGE);
+      drop_pending();
+      return;
+    }
     if (compile(R.pending, len) == LUA_OK) {
       background = true;
       goto run;
@@ -765,6 +780,10 @@ static void command(char *line) {
     }
     start_task(arg, bg);
   } else if (strcmp(cmd, "bg") == 0) {
+    if (*arg == '\0') {
+      out_printf(stderr, BG_USAGE);
+      return;
+    }
     R.pending = strdup(arg);
     R.pending_len = R.pending ? strlen(arg) : 0;
     if (R.pending == NULL)

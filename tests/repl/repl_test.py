@@ -381,6 +381,29 @@ def case_ctrl_c_stops_a_long_step():
         s.close()
 
 
+def case_bg_without_code_starts_nothing():
+    """Issue #7: `:bg` with no code, and a lone `&`, started an empty task.
+    They print a usage line and start nothing."""
+    s = start()
+    try:
+        enter(s, "a = task.spawn(function() end).id")
+        wait_prompt(s)
+        enter(s, ":bg")
+        s.wait_for("\nusage: :bg CODE\n>")
+        enter(s, ":bg   &")
+        s.wait_for(re.compile(r"(usage: :bg CODE\n(.*\n)*){2}>").search)
+        enter(s, "&")
+        s.wait_for("\nusage: CODE & (runs CODE in the background)\n>")
+        enter(s, "   &  ")
+        s.wait_for(re.compile(r"(usage: CODE &.*\n(.*\n)*){2}>").search)
+        # Two tasks since `a`: this chunk's and the one it spawns.
+        enter(s, "task.spawn(function() end).id - a")
+        s.wait_for("\n2\n")
+        check(re.search(r"^\[\d+\]", s.screen.text(), re.M) is None, "no background task was started", s)
+    finally:
+        s.close()
+
+
 def case_utf8_keys():
     """Keys are decoded in the locale's encoding and the line reaches Lua
     in it: two UTF-8 characters typed are five bytes in the string."""
