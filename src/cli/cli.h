@@ -152,6 +152,51 @@ void luna__trace_frame(luna_trace *tr, uint64_t frame, size_t tasks);
    after saying so on stderr, when anything could not be written. */
 bool luna__trace_close(luna_trace *tr);
 
+/* ---- lineedit.c: line editing on a terminal, for the REPL ------------------ */
+
+/* Sets up libedit on stdin and stdout (both terminals): emacs keys,
+   ~/.editrc (its lines may start with "lunaloop:"), and the history, loaded
+   from history_file when it is not NULL. Also sets LC_CTYPE from the
+   environment, which decides how keys are decoded and lines encoded.
+   False when libedit cannot be set up; the other functions then do
+   nothing. */
+bool luna__edit_open(const char *history_file);
+
+/* Stops editing and saves the history to history_file (unless NULL). */
+void luna__edit_close(const char *history_file);
+
+/* Starts editing a new, empty line: the terminal goes raw and the prompt
+   is drawn. `prompt` must stay valid while the line is edited. Does
+   nothing while a line is edited already. */
+void luna__edit_start(const char *prompt);
+
+/* Stops editing: the terminal is back in its own mode (it echoes what is
+   typed itself, ^C included). */
+void luna__edit_stop(void);
+
+/* True between luna__edit_start and the end of the line (or stop). */
+bool luna__edit_editing(void);
+
+/* Reads one key from stdin (call it when poll says stdin is readable; an
+   escape sequence counts as one key) and edits it into the line. Returns
+   1 when Enter ended the line: *line is then the line without its newline,
+   malloc'd, in the locale's encoding (NULL when memory is short); -1 for
+   Ctrl-D on an empty line (the end of input); 0 otherwise. After 1 or -1
+   the editing has stopped. */
+int luna__edit_key(char **line);
+
+/* Erases the prompt and the line from the screen (the text is kept), so
+   output can be written on a clean line; luna__edit_redraw draws them
+   again, below that output, with the cursor where it was. */
+void luna__edit_erase(void);
+void luna__edit_redraw(void);
+
+/* Call after SIGWINCH: the terminal's width changed. */
+void luna__edit_resize(void);
+
+/* Adds a line (or a chunk of lines) to the history. */
+void luna__edit_remember(const char *text);
+
 /* ---- repl.c: `lunaloop repl` ----------------------------------------------- */
 
 /* `lunaloop repl [options]`: a live loop with a prompt; returns the exit

@@ -3,20 +3,10 @@
 **
 ** The loop keeps ticking at --hz while the prompt waits: one thread polls
 ** stdin with a timeout that ends when the next frame is due, and hands each
-** key to libedit in its unbuffered mode (el_wgets edits one key a call), so
+** key to the line editor (lineedit.c, libedit in its unbuffered mode), so
 ** reading never blocks for a whole line. When stdin is not a terminal, lines
 ** are read without libedit, prompts and history, so the REPL can also be
 ** fed by a pipe.
-**
-** libedit is used through its own wide-character API (histedit.h), not its
-** readline-compatible layer: in Debian 12's libedit (3.1-20221030) every
-** rl_callback_read_char writes a NUL through rl_line_buffer, a pointer that
-** rl_initialize took into a 1,024-byte conversion buffer and that goes stale
-** once a longer line makes libedit reallocate that buffer; a typed line of a
-** few thousand characters then corrupts the heap. That layer also encodes
-** the whole line to multibyte twice per key, which makes echo quadratic in
-** the line's length; el_wgets returns libedit's own buffer, and the line is
-** encoded once, when it is entered.
 **
 ** Each entered chunk runs as a task, so it may await at top level; the
 ** prompt returns when that chunk (the foreground task) settles, while the
@@ -35,18 +25,14 @@
 ** to-be-closed variables run) and exits 0.
 */
 #include <errno.h>
-#include <locale.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
-#include <wchar.h>
 
-#include <histedit.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -58,13 +44,12 @@
 #define PROMPT2 ">> "
 #define HISTORY_ENV "LUNALOOP_HISTORY"
 #define HISTORY_FILE ".lunaloop_history"
-#define HISTORY_MAX 1000
 #define NAME_MAX_LEN 24 /* a chunk's task is named after its first characters */
 #define BG_USAGE "usage: :bg CODE\n"
 #define AMP_USAGE "usage: CODE & (runs CODE in the background)\n"
 
-/* The REPL is one per process: the signal handlers and libedit's prompt
-   function have no user data, so its state is a file-level singleton. */
+/* The REPL is one per process: the signal handlers have no user data, so
+   its state is a file-level singleton. */
 static struct repl {
   lua_State *L;
   luna_loop *loop;
@@ -72,14 +57,11 @@ static struct repl {
   luna_pacer pacer;
   bool paused;
   bool tty;              /* stdin and stdout are terminals: libedit is used */
-  EditLine *el;          /* the line editor (tty only) */
-  History *hist;         /* its history (tty only) */
   bool quit;
   int status;            /* exit status once quit */
   /* Input. */
   char *pending;         /* the lines of an unfinished chunk, or NULL */
   size_t pending_len;
-  bool reading;          /* libedit edits a line: prompt shown, terminal raw */
   bool hidden;           /* out_begin erased the line; out_end redraws it */
   bool at_line_start;    /* the last output ended with a newline */
   const char *prompt;
@@ -118,27 +100,12 @@ static void on_sigwinch(int sig) {
 
 /* ---- output that keeps the typed line intact ------------------------------- */
 
-static int terminal_columns(void) {
-  struct winsize ws;
-  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
-    return ws.ws_col;
-  return 80;
-}
-
 /* Erases the prompt and the line being typed, so output can be written on
    a clean line. libedit keeps the text; out_end redraws it. */
 static void out_begin(void) {
-  if (!R.reading || R.hidden)
+  if (!luna__edit_editing() || R.hidden)
     return;
-  int cols = terminal_columns();
-  const LineInfoW *li = el_wline(R.el);
-  size_t point = (size_t)(li->cursor - li->buffer); /* characters */
-  int rows = (int)((strlen(R.prompt) + point) / (size_t)cols);
-  fflush(stdout);
-  fputs("\r", stdout);
-  if (rows > 0)
-    printf("\033[%dA", rows); /* up to the prompt's row */
-  fputs("\033[J", stdout);    /* clear to the end of the screen */
+  luna__edit_erase();
   R.hidden = true;
 }
 
@@ -151,8 +118,7 @@ static void out_end(void) {
     fputs("\n", stdout);
     R.at_line_start = true;
   }
-  fflush(stdout);
-  el_set(R.el, EL_REFRESH); /* prompt and line, cursor where it was */
+  luna__edit_redraw(); /* prompt and line, cursor where it was */
   R.hidden = false;
 }
 
@@ -340,36 +306,22 @@ static void call_method(int task_idx, const char *name, int nresults) {
 
 /* ---- the prompt -------------------------------------------------------------- */
 
-/* libedit's prompt function: the prompt in force. */
-static char *prompt_text(EditLine *el) {
-  (void)el;
-  return (char *)R.prompt;
-}
-
-/* Starts editing a new, empty line: libedit puts the terminal in its raw
-   mode and draws the prompt when it enters its unbuffered mode. */
+/* A new line to edit, under the prompt in force. */
 static void show_prompt(void) {
-  if (!R.tty || R.reading || R.quit)
-    return;
-  fflush(stdout);
-  el_set(R.el, EL_UNBUFFERED, 1);
-  R.reading = true;
+  if (R.tty && !R.quit)
+    luna__edit_start(R.prompt);
 }
 
-/* Stops editing (after a line, or while a chunk runs): the terminal is back
-   in its own mode, so it echoes what is typed (^C) itself. */
+/* No line is edited while a chunk runs: the terminal is in its own mode,
+   so it echoes what is typed (^C) itself. */
 static void hide_prompt(void) {
-  if (!R.reading)
-    return;
-  el_set(R.el, EL_UNBUFFERED, 0);
-  R.reading = false;
+  luna__edit_stop();
 }
 
 /* Adds a line (or chunk) to the history, on a terminal. */
 static void remember(const char *line) {
-  HistEvent ev;
   if (R.tty)
-    history(R.hist, &ev, H_ENTER, line);
+    luna__edit_remember(line);
 }
 
 /* ---- frames ------------------------------------------------------------------ */
@@ -831,46 +783,16 @@ static void handle_line(char *line) {
   eval_pending(false);
 }
 
-/* The n characters of a line libedit edited, as a multibyte string in the
-   locale's encoding (malloc'd), or NULL when memory is short. A character
-   the locale cannot encode becomes '?'. */
-static char *encode_line(const wchar_t *w, size_t n) {
-  char *s = malloc(n * MB_CUR_MAX + 1);
-  if (s == NULL)
-    return NULL;
-  mbstate_t st;
-  memset(&st, 0, sizeof st);
-  size_t len = 0;
-  for (size_t i = 0; i < n; i++) {
-    size_t k = wcrtomb(s + len, w[i], &st);
-    if (k == (size_t)-1) {
-      s[len++] = '?';
-      memset(&st, 0, sizeof st);
-    } else {
-      len += k;
-    }
-  }
-  s[len] = '\0';
-  return s;
-}
-
-/* Terminal input: hands libedit one key (an escape sequence counts as one),
-   which it edits into the line and echoes. Enter ends the line (libedit
-   appends a newline), as does Ctrl-D on an empty line (libedit returns the
-   ^D alone): the prompt is hidden, and the line (or the end of input) is
-   handled. */
+/* Terminal input: one key for the line editor. A line it ends (Enter), or
+   the end of input (Ctrl-D on an empty line), is handled; the prompt is
+   hidden then. */
 static void read_key(void) {
-  int n = 0;
-  const wchar_t *w = el_wgets(R.el, &n);
-  if (w == NULL || n <= 0)
-    return; /* an empty line, or a read error */
-  bool eof = n == 1 && w[0] == ('D' & 0x1f);
-  if (!eof && w[n - 1] != L'\n')
+  char *line;
+  int r = luna__edit_key(&line);
+  if (r == 0)
     return; /* still editing */
-  char *line = eof ? NULL : encode_line(w, (size_t)n - 1);
-  hide_prompt();
   R.at_line_start = true;
-  if (!eof && line == NULL) {
+  if (r > 0 && line == NULL) {
     out_printf(stderr, LUNA_PROGNAME ": not enough memory\n");
     return;
   }
@@ -962,12 +884,10 @@ static void handle_sigint(void) {
     return; /* the main loop sees it settled and prints "cancelled" */
   }
   drop_pending();
-  if (R.reading) {
-    /* libedit starts a new, empty line, with the prompt now in force, each
-       time it enters its unbuffered mode. */
+  if (luna__edit_editing()) {
     fputs("^C\r\n", stdout);
     hide_prompt();
-    show_prompt();
+    show_prompt(); /* a new, empty line under the first prompt */
   }
 }
 
@@ -986,55 +906,6 @@ static char *history_path(void) {
 }
 
 /* ---- setup and the main loop ------------------------------------------------------ */
-
-/* Keys that libedit's readline layer bound, kept for the same keyboard:
-   Home, End, Delete and Insert as terminals send them, Ctrl-arrows and
-   Esc-arrows for words, Ctrl-R for an incremental history search. */
-static const char *const key_bindings[][2] = {
-  {"^R", "em-inc-search-prev"},
-  {"\\e[1~", "ed-move-to-beg"},      {"\\e[4~", "ed-move-to-end"},
-  {"\\e[7~", "ed-move-to-beg"},      {"\\e[8~", "ed-move-to-end"},
-  {"\\e[H", "ed-move-to-beg"},       {"\\e[F", "ed-move-to-end"},
-  {"\\e[3~", "ed-delete-next-char"}, {"\\e[2~", "ed-quoted-insert"},
-  {"\\e[1;5C", "em-next-word"},      {"\\e[1;5D", "ed-prev-word"},
-  {"\\e[5C", "em-next-word"},        {"\\e[5D", "ed-prev-word"},
-  {"\\e\\e[C", "em-next-word"},      {"\\e\\e[D", "ed-prev-word"},
-};
-
-/* Sets up libedit on the terminal: emacs keys, the bindings above, then
-   ~/.editrc (its lines may start with "lunaloop:"), and the history file.
-   False when libedit cannot be set up. The editor is never ended: el_end
-   restores the terminal with TCSAFLUSH, which would throw away what was
-   typed ahead of the exit; hide_prompt has restored its mode already. */
-static bool open_editor(void) {
-  /* Keys arrive in the terminal's encoding, usually UTF-8: as GNU readline
-     does, the REPL takes LC_CTYPE from the environment to decode them. */
-  setlocale(LC_CTYPE, "");
-  R.el = el_init(LUNA_PROGNAME, stdin, stdout, stderr);
-  R.hist = history_init();
-  if (R.el == NULL || R.hist == NULL) {
-    if (R.el != NULL)
-      el_end(R.el);
-    if (R.hist != NULL)
-      history_end(R.hist);
-    R.el = NULL;
-    R.hist = NULL;
-    return false;
-  }
-  HistEvent ev;
-  history(R.hist, &ev, H_SETSIZE, HISTORY_MAX);
-  el_set(R.el, EL_EDITOR, "emacs");
-  el_set(R.el, EL_SIGNAL, 0); /* our handlers, not libedit's */
-  el_set(R.el, EL_PROMPT, prompt_text);
-  el_set(R.el, EL_HIST, history, R.hist);
-  for (size_t i = 0; i < sizeof key_bindings / sizeof key_bindings[0]; i++)
-    el_set(R.el, EL_BIND, key_bindings[i][0], key_bindings[i][1], (const char *)NULL);
-  el_source(R.el, NULL);
-  R.history = history_path();
-  if (R.history != NULL)
-    history(R.hist, &ev, H_LOAD, R.history);
-  return true;
-}
 
 /* Globals of the REPL's state: task, and print / io.write / the error
    handler routed through out_write. */
@@ -1071,7 +942,7 @@ static void main_loop(void) {
     if (got_sigwinch) {
       got_sigwinch = 0;
       if (R.tty)
-        el_resize(R.el);
+        luna__edit_resize();
     }
     check_exit();
     if (R.quit)
@@ -1167,9 +1038,12 @@ int luna__cli_repl(int argc, char **argv, int first) {
     luna__trace_attach(R.trace, R.L);
   }
 
-  if (R.tty && !open_editor()) {
-    fprintf(stderr, LUNA_PROGNAME ": cannot set up line editing; reading plain lines\n");
-    R.tty = false;
+  if (R.tty) {
+    R.history = history_path();
+    if (!luna__edit_open(R.history)) {
+      fprintf(stderr, LUNA_PROGNAME ": cannot set up line editing; reading plain lines\n");
+      R.tty = false;
+    }
   }
   if (R.tty) {
     printf(LUNA_PROGNAME " %s (%s): each chunk runs as a task; :help for commands\n",
@@ -1189,11 +1063,9 @@ int luna__cli_repl(int argc, char **argv, int first) {
   luna_lua_cancel_all(R.L);
   in_lua = 0;
   restore_signals();
-  if (R.history != NULL) {
-    HistEvent ev;
-    history(R.hist, &ev, H_SAVE, R.history);
-    free(R.history);
-  }
+  if (R.tty)
+    luna__edit_close(R.history);
+  free(R.history);
   status = R.status;
 done:
   if (R.trace != NULL) {
