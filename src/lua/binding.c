@@ -122,6 +122,13 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
   if (task_idx != 0)
     task_idx = lua_absindex(L, task_idx);
   b->errors++;
+  /* An interrupt that failed a callback or a predicate left its hook on L:
+     the hook is sticky until luna_lua_interrupt_clear, so that a pcall in
+     the interrupted code cannot swallow it. That code has unwound by the
+     time its error is reported; without this, the handler, and every
+     callback after it on L in the same frame, would raise "interrupted"
+     too ("error handler failed: interrupted"). */
+  luna__drop_interrupt_hook(L);
   lua_rawgetp(L, LUA_REGISTRYINDEX, &handler_key);
   if (lua_isfunction(L, -1)) {
     lua_pushvalue(L, err_idx);

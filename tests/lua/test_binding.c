@@ -201,6 +201,54 @@ static void driving_the_loop_from_inside_a_task_is_refused(void **state) {
   luna_loop_free(loop);
 }
 
+/* luna_lua_interrupt as a SIGINT handler would call it, but at a known
+   instant: from a C function that the Lua code calls. */
+static int l_interrupt_now(lua_State *L) {
+  (void)L;
+  luna_lua_interrupt();
+  return 0;
+}
+
+/* The interrupt hook is sticky until luna_lua_interrupt_clear (so a pcall
+   in a runaway loop cannot swallow it), and a callback runs on the state's
+   own thread. An interrupted callback left the hook there: the error
+   handler that reported it raised "interrupted" at its first instruction
+   (stderr said "error handler failed: interrupted"), and so did every
+   callback after it in the same frame, each removed as failed. The report
+   now drops the hook: the handler sees the one error, the other callback
+   keeps running. */
+static void an_interrupted_callback_is_reported_once_and_the_others_run(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_state(loop);
+  lua_pushcfunction(L, l_interrupt_now);
+  lua_setglobal(L, "interrupt_now");
+  run(L, "reports, ticks, swallowed = {}, 0, 0\n"
+         "task.on_error(function(e) reports[#reports + 1] = tostring(e) end)\n"
+         "task.on('Update', function()\n"
+         "  while true do\n"
+         "    pcall(function() interrupt_now() while true do end end)\n"
+         "    swallowed = swallowed + 1\n"
+         "  end\n"
+         "end)\n"
+         "task.on('Update', function() ticks = ticks + 1 end)\n");
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  luna_lua_interrupt_clear();
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  run(L, "n_reports, report = #reports, reports[1]");
+  assert_int_equal(global_int(L, "n_reports"), 1);
+  lua_getglobal(L, "report");
+  assert_non_null(strstr(lua_tostring(L, -1), "interrupted"));
+  lua_pop(L, 1);
+  assert_int_equal(global_int(L, "swallowed"), 0); /* still sticky under pcall */
+  assert_int_equal(global_int(L, "ticks"), 2);
+  assert_int_equal(luna_lua_callback_count(L), 1);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(closing_a_state_cancels_only_its_tasks),
@@ -209,6 +257,7 @@ int main(void) {
       cmocka_unit_test(spawn_from_c_and_counts),
       cmocka_unit_test(exit_stops_the_frame),
       cmocka_unit_test(driving_the_loop_from_inside_a_task_is_refused),
+      cmocka_unit_test(an_interrupted_callback_is_reported_once_and_the_others_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
