@@ -1,23 +1,39 @@
 /*
 ** timer.h: timers (step 3 of a run).
 **
-** One binary min-heap per (timing, kind), keyed by (deadline, creation
-** sequence), so ties break in creation order and a run only touches the
-** timers that fire: O(log n) each, nothing for those still pending. Timers
-** live in one slab of slots shared by every heap; a slot stores its position
-** in its heap, which makes luna_timer_cancel O(log n). Handles are
-** {slot index + generation}: a fired or cancelled timer's slot gets a new
-** generation, so a stale handle is LUNA_ENOENT.
+** One min-heap per (timing, kind), keyed by (deadline, creation sequence),
+** so ties break in creation order and a run only touches the timers that
+** fire: O(log n) each, nothing for those still pending. Timers live in one
+** slab of slots shared by every heap; a slot stores its position in its
+** heap, which makes luna_timer_cancel O(log n). Handles are {slot index +
+** generation}: a fired or cancelled timer's slot gets a new generation, so a
+** stale handle is LUNA_ENOENT.
 **
-** Memory: 40 bytes a slot plus 4 in its heap, 44 bytes a timer; the arrays
-** double when they grow and are kept, so adding allocates only on growth.
+** The heaps are 4-ary and hold the key next to the slot index: a 16-byte
+** luna__heap_entry {deadline, slot, low 32 bits of the sequence}, so a sift
+** compares entries that sit side by side (the four children of a node fill
+** one cache line, given 16-byte aligned memory) instead of reading a slot
+** at a random place for every comparison. A sift still writes the pos of
+** each slot it moves. Removing the earliest walks the hole down to a leaf
+** (Floyd's variant) while prefetching the next level. Equal deadlines break
+** on the entries' 32-bit sequences, which are the whole sequence while
+** fewer than 2^32 timers have ever been created; after that, ties read the
+** slots' full sequence (a wrapping 32-bit comparison would not be sound: a
+** timer may live while 2^32 others are created).
+**
+** Memory: 32 bytes a slot plus 16 in its heap, 48 bytes a timer (it was 40
+** plus 4 with the deadline in the slot and bare indices in the heaps); the
+** arrays double when they grow and are kept, so adding allocates only on
+** growth. A heap's array has up to 3 entries of slack for the alignment.
 **
 ** Firing collects first, then calls: every due timer of the timing is
 ** popped, across kinds in the order frame, scaled, unscaled, realtime,
-** fixed (each kind by deadline, then creation), and linked into a due list
-** through the slots' pos fields; timers created since the run began are set
-** aside and pushed back. Then the list is called in order. A collected timer
-** cancelled before its turn is only marked (fn = NULL) and skipped.
+** fixed (each kind by deadline, then creation). A heap keeps the timers it
+** collected at the end of its own array, past the heap, in the order of
+** their calls (the "due" entries, which keep their deadlines so that a stop
+** can push them back); timers created since the run began are set aside and
+** pushed back at once. Then the kinds are called in order. A collected
+** timer cancelled before its turn is only marked (fn = NULL) and skipped.
 **
 ** Loop thread only.
 */
@@ -32,27 +48,40 @@
 #include "lunaloop/loop.h"
 
 typedef struct luna__timer {
-  luna_ns deadline; /* absolute, on the kind's clock; clamped */
-  /* (seq << 8) | flags: bits 0-6 the heap number (timing * 5 + kind), bit 7
-     set while collected. Within one heap the low byte is equal, so comparing
-     whole meta values compares creation sequences (56 bits: never wraps). */
+  /* (seq << 8) | heap number (timing * 5 + kind, bits 0-6; bit 7 is 0).
+     Within one heap the low byte is equal, so comparing whole meta values
+     compares creation sequences (56 bits: never wraps). */
   uint64_t meta;
   luna_fn fn;       /* NULL: free, or cancelled after being collected */
   void *arg;
-  /* In a heap: its index there. Collected: next in the due list (index + 1).
-     Free: next free slot (index + 1). 0 ends a list. */
+  /* In a heap: its index there (collected: stale, see luna__heap). Free:
+     next free slot (index + 1), 0 ends the list. */
   uint32_t pos;
   uint32_t gen;     /* bumped when the timer fires or is cancelled */
 } luna__timer;
 
+/* The deadline is here and nowhere else: a sift reads only entries. */
+typedef struct luna__heap_entry {
+  luna_ns deadline; /* absolute, on the kind's clock; clamped */
+  uint32_t slot;    /* index in luna__timers.slots */
+  uint32_t seq;     /* the creation sequence's low 32 bits */
+} luna__heap_entry;
+
 #define LUNA__TIMER_HEAPS (LUNA_TIMING_COUNT * LUNA_TIMER_KIND_COUNT)
 
+/* a[0, n) is the heap (a[0] the earliest); a[cap - due, cap) the timers a
+   run collected and has not called yet, next first. n + due <= cap always,
+   so pushing collected timers back never allocates. A slot is in the heap
+   exactly when pos < n and a[pos].slot is its index: a collected slot's pos
+   is left stale (0, where it was popped), which never passes that test. */
 typedef struct luna__heap {
-  uint32_t *a;  /* slot indices; a[0] is the earliest */
-  size_t n;     /* in the heap */
-  size_t cap;
-  size_t live;  /* in the heap or collected and not yet called; cap >= live
-                   always, so pushing collected timers back never allocates */
+  luna__heap_entry *a; /* `off` entries into its allocation (heap_grow) */
+  size_t n;      /* in the heap */
+  size_t cap;    /* entries from a to the end of the allocation */
+  size_t live;   /* in the heap, or collected and neither called nor
+                    cancelled: what luna__timers_count reports */
+  uint32_t due;  /* collected, at the end of a (fewer than the slots) */
+  uint32_t off;  /* 0 to 3 */
 } luna__heap;
 
 typedef struct luna__timers {

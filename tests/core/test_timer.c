@@ -3,7 +3,11 @@
 ** and 60 Hz), deadline order with creation-order ties, the order of kinds,
 ** timers added during a run, cancel (pending, collected-but-not-called,
 ** stale), clamping, time scale 0, realtime read once per run, stop while
-** firing, and a randomized heap check against a sorted reference.
+** firing, a randomized heap check against a sorted reference, deep 4-ary
+** heaps (ties, cancels from the middle, growth during a run's calls), and
+** interleaved adds, cancels and frames against a reference model, also
+** across the 2^32nd timer (where the heap entries' 32-bit sequences stop
+** being exact).
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -216,6 +220,16 @@ static void a_firing_timer_reads_its_own_handle_as_stale(void **state) {
   ASSERT_LOG(LUNA_ENOENT);
 }
 
+/* The deadline of a pending timer, as its heap entry holds it. */
+static luna_ns pending_deadline(luna_loop *loop, luna_timer_id id) {
+  const luna__timers *tm = &loop->timers;
+  const luna__timer *t = &tm->slots[(uint32_t)id.id - 1];
+  const luna__heap *h = &tm->heaps[t->meta & 0x7f];
+  assert_true(t->pos < h->n);
+  assert_int_equal(h->a[t->pos].slot, (uint32_t)id.id - 1);
+  return h->a[t->pos].deadline;
+}
+
 /* Deadlines clamp to LUNA_NS_MAX; clocks stop at LUNA_CLOCK_MAX (half of
    it: a frame past it is refused), so a clamped deadline is never reached
    by time that still runs, and never fires early. */
@@ -223,9 +237,9 @@ static void deadlines_clamp_to_ns_max_beyond_the_clocks_reach(void **state) {
   fixture *f = *state;
   luna_timer_id id;
   luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, INT64_MAX, log_fn, I2P(1), &id);
-  assert_int_equal(f->loop->timers.slots[(uint32_t)id.id - 1].deadline, LUNA_NS_MAX);
+  assert_int_equal(pending_deadline(f->loop, id), LUNA_NS_MAX);
   luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, INT64_MIN, log_fn, I2P(0), &id);
-  assert_int_equal(f->loop->timers.slots[(uint32_t)id.id - 1].deadline, -LUNA_NS_MAX);
+  assert_int_equal(pending_deadline(f->loop, id), -LUNA_NS_MAX);
   assert_int_equal(luna_loop_frame_ns(f->loop, LUNA_CLOCK_MAX), 0);
   ASSERT_LOG(0);
   assert_int_equal(luna_loop_frame_ns(f->loop, INT64_MAX), LUNA_EINVAL);
@@ -306,8 +320,9 @@ static void timer_add_rejects_bad_arguments_and_reports_enomem(void **state) {
 
 static void a_timer_costs_at_most_48_bytes(void **state) {
   (void)state;
-  assert_true(sizeof(luna__timer) + sizeof(uint32_t) <= 48);
-  assert_int_equal(sizeof(luna__timer), 40);
+  assert_int_equal(sizeof(luna__timer), 32);
+  assert_int_equal(sizeof(luna__heap_entry), 16);
+  assert_true(sizeof(luna__timer) + sizeof(luna__heap_entry) <= 48);
 }
 
 /* ---- randomized heap check ----------------------------------------------- */
@@ -338,18 +353,33 @@ static int ref_cmp(const void *x, const void *y) {
   return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
-/* Checks the heap invariant and the slots' back pointers. */
+/* Checks the heap invariant (4 children a node), the entries' copy of the
+   sequence and the slots' back pointers. */
 static void check_heap(const luna__timers *tm, const luna__heap *h) {
   size_t i;
+  assert_int_equal(h->due, 0);
+  assert_true(h->n <= h->cap);
+  assert_true(h->n <= h->live);
   for (i = 0; i < h->n; i++) {
-    const luna__timer *t = &tm->slots[h->a[i]];
+    const luna__heap_entry *e = &h->a[i];
+    const luna__timer *t = &tm->slots[e->slot];
+    assert_non_null(t->fn);
     assert_int_equal(t->pos, i);
+    assert_int_equal(e->seq, (uint32_t)(t->meta >> 8));
+    assert_int_equal(&tm->heaps[t->meta & 0x7f], h);
     if (i > 0) {
-      const luna__timer *p = &tm->slots[h->a[(i - 1) / 2]];
-      assert_true(p->deadline < t->deadline ||
-                  (p->deadline == t->deadline && p->meta < t->meta));
+      const luna__heap_entry *p = &h->a[(i - 1) / 4];
+      assert_true(p->deadline < e->deadline ||
+                  (p->deadline == e->deadline &&
+                   tm->slots[p->slot].meta < t->meta));
     }
   }
+}
+
+static void check_all_heaps(const luna__timers *tm) {
+  int i;
+  for (i = 0; i < LUNA__TIMER_HEAPS; i++)
+    check_heap(tm, &tm->heaps[i]);
 }
 
 static void random_timers_fire_in_deadline_then_creation_order(void **state) {
@@ -385,6 +415,365 @@ static void random_timers_fire_in_deadline_then_creation_order(void **state) {
   assert_int_equal(g_log.n, (size_t)fired);
 }
 
+/* ---- deep heaps ------------------------------------------------------------ */
+
+/* Timers fired by the tests below log here (g_log holds 4096). */
+#define DEEP_MAX 12000
+static long deep_log[DEEP_MAX];
+static size_t deep_n;
+static void deep_fn(luna_loop *loop, void *arg) {
+  (void)loop;
+  assert_true(deep_n < DEEP_MAX);
+  deep_log[deep_n++] = (long)(intptr_t)arg;
+}
+
+/* 6,000 timers on three deadlines, added in a shuffled order of deadlines:
+   the heap is seven levels of four, every pop walks a hole through runs of
+   equal deadlines, and each deadline's timers still fire in creation
+   order. Every seventh is cancelled first, from wherever it sits. */
+static void equal_deadlines_keep_creation_order_through_a_deep_heap(void **state) {
+  fixture *f = *state;
+  enum { N = 6000 };
+  static luna_timer_id ids[N];
+  static luna_ns dl[N];
+  long i, k = 0;
+  luna_ns d;
+  rng = 1234567;
+  deep_n = 0;
+  for (i = 0; i < N; i++) {
+    dl[i] = (luna_ns)(xorshift() % 3) * 10;
+    assert_int_equal(luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, dl[i],
+                                    deep_fn, I2P(i), &ids[i]),
+                     0);
+  }
+  for (i = 0; i < N; i += 7)
+    assert_int_equal(luna_timer_cancel(f->loop, ids[i]), 0);
+  check_all_heaps(&f->loop->timers);
+  assert_int_equal(luna_loop_frame_ns(f->loop, 100), 0);
+  for (d = 0; d <= 20; d += 10)
+    for (i = 0; i < N; i++)
+      if (dl[i] == d && i % 7 != 0) {
+        assert_true((size_t)k < deep_n);
+        assert_int_equal(deep_log[k], i);
+        k++;
+      }
+  assert_int_equal(deep_n, (size_t)k);
+  check_all_heaps(&f->loop->timers);
+}
+
+/* Cancels taken from inside the heap (nodes with children, leaves, the
+   root's children), each followed by a full check: the last entry moved
+   into the hole may have to climb (it is earlier than the hole's parent)
+   or sink. Then the rest fires in order. */
+static void cancels_from_the_middle_keep_the_heap_and_the_order(void **state) {
+  fixture *f = *state;
+  enum { N = 2000 };
+  static luna_timer_id ids[N];
+  static luna_ns dl[N];
+  static bool gone[N];
+  const luna__heap *h = &f->loop->timers.heaps[LUNA_UPDATE * 5 + LUNA_TIMER_UNSCALED];
+  long i, k = 0, left = N;
+  luna_ns d;
+  rng = 99;
+  deep_n = 0;
+  for (i = 0; i < N; i++) {
+    dl[i] = (luna_ns)(xorshift() % 400);
+    gone[i] = false;
+    luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_UNSCALED, dl[i], deep_fn, I2P(i), &ids[i]);
+  }
+  for (k = 0; k < 600; k++) {
+    /* Pick by position: the middle half of the heap, or near the top. */
+    size_t pos = k % 5 == 0 ? 1 + xorshift() % 4 : h->n / 4 + xorshift() % (h->n / 2);
+    uint32_t slot = h->a[pos].slot;
+    for (i = 0; i < N; i++)
+      if (!gone[i] && (uint32_t)ids[i].id - 1 == slot)
+        break;
+    assert_true(i < N);
+    assert_int_equal(luna_timer_cancel(f->loop, ids[i]), 0);
+    assert_int_equal(luna_timer_cancel(f->loop, ids[i]), LUNA_ENOENT);
+    gone[i] = true;
+    left--;
+    assert_int_equal(h->n, (size_t)left);
+    check_heap(&f->loop->timers, h);
+  }
+  assert_int_equal(luna_loop_frame_ns(f->loop, 1000), 0);
+  k = 0;
+  for (d = 0; d < 400; d++)
+    for (i = 0; i < N; i++)
+      if (dl[i] == d && !gone[i]) {
+        assert_int_equal(deep_log[k], i);
+        k++;
+      }
+  assert_int_equal(deep_n, (size_t)left);
+}
+
+/* A callback that adds 300 timers to the heap it is being called from:
+   the array grows (several times) while the run still holds the other due
+   timers at its end. They keep their order; then a stop puts the rest
+   back, and the next runs fire them and then the added ones. */
+static void add_300_to_my_heap(luna_loop *loop, void *arg) {
+  int i;
+  deep_fn(loop, arg);
+  for (i = 0; i < 300; i++)
+    assert_int_equal(luna_timer_add(loop, LUNA_UPDATE, LUNA_TIMER_SCALED, i % 2,
+                                    deep_fn, I2P(1000 + i), NULL),
+                     0);
+}
+
+static void stop_deep(luna_loop *loop, void *arg) {
+  deep_fn(loop, arg);
+  luna_loop_stop(loop);
+}
+
+static void growing_the_heap_during_its_calls_keeps_the_due_timers(void **state) {
+  fixture *f = *state;
+  long i, k = 0;
+  size_t cap;
+  luna_loop_stats st;
+  deep_n = 0;
+  luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 0, add_300_to_my_heap, I2P(0), NULL);
+  for (i = 1; i < 12; i++)
+    luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 0,
+                   i == 6 ? stop_deep : deep_fn, I2P(i), NULL);
+  cap = f->loop->timers.heaps[LUNA_UPDATE * 5 + LUNA_TIMER_SCALED].cap;
+  assert_true(cap < 64);
+  assert_int_equal(luna_loop_run(f->loop, LUNA_UPDATE), LUNA_ESTOPPED);
+  assert_true(f->loop->timers.heaps[LUNA_UPDATE * 5 + LUNA_TIMER_SCALED].cap >= 4 * cap);
+  assert_int_equal(deep_n, 7);
+  for (i = 0; i < 7; i++)
+    assert_int_equal(deep_log[i], i);
+  luna_loop_get_stats(f->loop, &st);
+  assert_int_equal(st.timers[LUNA_UPDATE], 5 + 300);
+  check_all_heaps(&f->loop->timers);
+  /* The next run: the five put back (deadline 0, created first), then the
+     added ones of deadline 0, then those of deadline 1 (clock 0: not yet). */
+  assert_int_equal(luna_loop_run(f->loop, LUNA_UPDATE), 0);
+  for (i = 7; i < 12; i++)
+    assert_int_equal(deep_log[k++ + 7], i);
+  for (i = 0; i < 300; i += 2)
+    assert_int_equal(deep_log[k++ + 7], 1000 + i);
+  assert_int_equal(deep_n, (size_t)(k + 7));
+  assert_int_equal(luna_loop_frame_ns(f->loop, 1), 0);
+  for (i = 1; i < 300; i += 2)
+    assert_int_equal(deep_log[k++ + 7], 1000 + i);
+  assert_int_equal(deep_n, (size_t)(k + 7));
+}
+
+/* ---- against a reference model ------------------------------------------- */
+
+/* Adds, cancels and frames interleaved at random (fixed seeds) over three
+   kinds, with callbacks that cancel other timers (pending, collected, fired
+   or themselves) and add new ones (some already due), checked frame by
+   frame against a model that is a plain list: what fires in a run is every
+   timer due at its start and created before it, by kind, deadline and
+   creation; a cancel answers 0 while the timer has not been called. */
+
+#define MODEL_MAX 40000
+enum { M_NONE, M_PENDING, M_FIRED, M_CANCELLED };
+
+typedef struct mtimer {
+  int kind;
+  luna_ns deadline;
+  int state;
+} mtimer;
+
+static mtimer model[MODEL_MAX];
+static luna_timer_id model_ids[MODEL_MAX];
+static long model_n;      /* timers created, in the model */
+static long real_n;       /* timers created, by the loop's side */
+static long real_log[MODEL_MAX * 2], model_log[MODEL_MAX * 2];
+static size_t real_logn, model_logn;
+static luna_ns run_now[3]; /* frame, scaled, unscaled at the last Update */
+
+static const luna_timer_kind model_kinds[3] = {LUNA_TIMER_FRAME, LUNA_TIMER_SCALED,
+                                               LUNA_TIMER_UNSCALED};
+
+static uint64_t mix(uint64_t x) { /* splitmix64's finalizer */
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* What timer k's callback does, the same on both sides. */
+static long action_cancel(long k) { /* a timer to cancel, or -1 */
+  uint64_t r = mix((uint64_t)k * 3 + 1);
+  if (r % 4 != 0)
+    return -1;
+  return (long)((r >> 8) % (uint64_t)(k + 40)) - 20 + k / 2;
+}
+static bool action_add(long k) { return mix((uint64_t)k * 3 + 2) % 3 == 0; }
+static int new_kind(long k) { return (int)(mix((uint64_t)k * 5 + 3) % 3); }
+static luna_ns new_offset(long k, int kind) {
+  uint64_t r = mix((uint64_t)k * 5 + 4);
+  return kind == 0 ? (luna_ns)(r % 12) - 2 : (luna_ns)(r % 200) - 20;
+}
+
+static void model_add(long k, const luna_ns now[3]) {
+  assert_true(k < MODEL_MAX);
+  model[k].kind = new_kind(k);
+  model[k].deadline = now[model[k].kind] + new_offset(k, model[k].kind);
+  model[k].state = M_PENDING;
+}
+
+static int model_cancel(long j) {
+  if (j < 0 || j >= model_n || model[j].state != M_PENDING)
+    return LUNA_ENOENT;
+  model[j].state = M_CANCELLED;
+  return 0;
+}
+
+static void real_add(luna_loop *loop, long k, const luna_ns now[3]);
+
+static void model_cb(luna_loop *loop, void *arg) {
+  long k = (long)(intptr_t)arg, j = action_cancel(k);
+  luna_ns now[3];
+  real_log[real_logn++] = k;
+  if (j >= 0)
+    real_log[real_logn++] = j >= 0 && j < real_n
+                                ? -100 + luna_timer_cancel(loop, model_ids[j])
+                                : -100 + LUNA_ENOENT;
+  if (action_add(k)) {
+    now[0] = (luna_ns)luna_loop_frame_count(loop);
+    now[1] = luna_loop_time(loop, LUNA_CLOCK_SCALED);
+    now[2] = luna_loop_time(loop, LUNA_CLOCK_UNSCALED);
+    real_add(loop, real_n++, now);
+  }
+}
+
+static void real_add(luna_loop *loop, long k, const luna_ns now[3]) {
+  int kind = new_kind(k);
+  assert_true(k < MODEL_MAX);
+  assert_int_equal(luna_timer_add(loop, LUNA_UPDATE, model_kinds[kind],
+                                  now[kind] + new_offset(k, kind), model_cb, I2P(k),
+                                  &model_ids[k]),
+                   0);
+}
+
+/* A continuation of Update: the clocks its timers compare against. */
+static void record_now(luna_loop *loop, void *arg) {
+  (void)arg;
+  run_now[0] = (luna_ns)luna_loop_frame_count(loop);
+  run_now[1] = luna_loop_time(loop, LUNA_CLOCK_SCALED);
+  run_now[2] = luna_loop_time(loop, LUNA_CLOCK_UNSCALED);
+}
+
+static long due_list[MODEL_MAX];
+static int due_cmp(const void *x, const void *y) {
+  const mtimer *a = &model[*(const long *)x], *b = &model[*(const long *)y];
+  if (a->kind != b->kind)
+    return a->kind - b->kind;
+  if (a->deadline != b->deadline)
+    return a->deadline < b->deadline ? -1 : 1;
+  return *(const long *)x < *(const long *)y ? -1 : 1; /* creation */
+}
+
+/* The model's Update run at run_now. */
+static void model_run(void) {
+  long k, nd = 0, i;
+  for (k = 0; k < model_n; k++)
+    if (model[k].state == M_PENDING && model[k].deadline <= run_now[model[k].kind])
+      due_list[nd++] = k;
+  qsort(due_list, (size_t)nd, sizeof due_list[0], due_cmp);
+  for (i = 0; i < nd; i++) {
+    long j;
+    k = due_list[i];
+    if (model[k].state != M_PENDING)
+      continue; /* cancelled by an earlier call of this run */
+    model[k].state = M_FIRED;
+    model_log[model_logn++] = k;
+    j = action_cancel(k);
+    if (j >= 0)
+      model_log[model_logn++] = -100 + model_cancel(j);
+    if (action_add(k))
+      model_add(model_n++, run_now);
+  }
+}
+
+static void check_logs(void) {
+  size_t i;
+  assert_int_equal(real_logn, model_logn);
+  for (i = 0; i < real_logn; i++)
+    if (real_log[i] != model_log[i]) {
+      fprintf(stderr, "diverged at %zu: loop %ld, model %ld\n", i, real_log[i],
+                      model_log[i]);
+      fail();
+    }
+}
+
+static void run_against_the_model(fixture *f, uint64_t seed, uint64_t first_seq) {
+  luna_loop *loop = f->loop;
+  luna_loop_stats st;
+  long k, frame, pending;
+  luna_ns now[3] = {0, 0, 0};
+  rng = seed;
+  model_n = real_n = 0;
+  real_logn = model_logn = 0;
+  loop->timers.seq = first_seq; /* what the sequences start from */
+  assert_int_equal(luna_loop_set_time_scale(loop, 0.5), 0);
+  for (k = 0; k < 3000; k++) {
+    real_add(loop, real_n++, now);
+    model_add(model_n++, now);
+  }
+  for (frame = 0; frame < 250; frame++) {
+    int op, nops = (int)(xorshift() % 40);
+    for (op = 0; op < nops; op++) {
+      if (xorshift() % 3 == 0) {
+        long j = (long)(xorshift() % (uint64_t)(model_n + 10));
+        int rc = j < real_n ? luna_timer_cancel(loop, model_ids[j]) : LUNA_ENOENT;
+        assert_int_equal(rc, model_cancel(j));
+      } else {
+        real_add(loop, real_n++, now);
+        model_add(model_n++, now);
+      }
+    }
+    luna_enqueue(loop, LUNA_UPDATE, record_now, NULL);
+    assert_int_equal(luna_loop_frame_ns(loop, 10), 0);
+    model_run();
+    assert_int_equal(real_n, model_n);
+    check_logs();
+    check_all_heaps(&loop->timers);
+    now[0] = run_now[0];
+    now[1] = run_now[1];
+    now[2] = run_now[2];
+    for (k = pending = 0; k < model_n; k++)
+      pending += model[k].state == M_PENDING;
+    luna_loop_get_stats(loop, &st);
+    assert_int_equal(st.timers[LUNA_UPDATE], (size_t)pending);
+  }
+  assert_true(model_logn > 5000);
+}
+
+static void interleaved_adds_cancels_and_frames_match_a_reference_model(void **state) {
+  run_against_the_model(*state, 0x5eed, 0);
+}
+
+/* The same past the 2^32nd timer: the entries' 32-bit sequences stop
+   being exact halfway through, and ties and the set-aside check read the
+   slots' full sequence from then on. */
+static void the_model_still_holds_across_the_2_pow_32nd_timer(void **state) {
+  fixture *f = *state;
+  run_against_the_model(f, 0xfeed, ((uint64_t)1 << 32) - 4000);
+  assert_true(f->loop->timers.seq > ((uint64_t)1 << 32));
+}
+
+/* Ties across the boundary: creation order even where the low 32 bits of
+   the later sequence are smaller. */
+static void ties_across_the_2_pow_32nd_timer_keep_creation_order(void **state) {
+  fixture *f = *state;
+  int i;
+  f->loop->timers.seq = ((uint64_t)1 << 32) - 3;
+  for (i = 0; i < 40; i++)
+    luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 5 * (i % 2), log_fn, I2P(i), NULL);
+  check_all_heaps(&f->loop->timers);
+  luna_loop_frame_ns(f->loop, 10);
+  assert_int_equal(g_log.n, 40);
+  for (i = 0; i < 20; i++) {
+    assert_int_equal(g_log.v[i], 2 * i);          /* deadline 0 */
+    assert_int_equal(g_log.v[20 + i], 2 * i + 1); /* deadline 5 */
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup_fake, teardown)
@@ -406,6 +795,12 @@ int main(void) {
       T(timer_add_rejects_bad_arguments_and_reports_enomem),
       T(a_timer_costs_at_most_48_bytes),
       T(random_timers_fire_in_deadline_then_creation_order),
+      T(equal_deadlines_keep_creation_order_through_a_deep_heap),
+      T(cancels_from_the_middle_keep_the_heap_and_the_order),
+      T(growing_the_heap_during_its_calls_keeps_the_due_timers),
+      T(interleaved_adds_cancels_and_frames_match_a_reference_model),
+      T(the_model_still_holds_across_the_2_pow_32nd_timer),
+      T(ties_across_the_2_pow_32nd_timer_keep_creation_order),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
