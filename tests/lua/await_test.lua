@@ -30,6 +30,45 @@ H.case("awaiters_resume_in_the_same_run_in_the_order_they_began", function()
   H.eq(log, {"target done@PreUpdate", "w1@PreUpdate", "w2@PreUpdate", "w3@PreUpdate"})
 end)
 
+H.case("cancelling_the_first_middle_and_last_awaiters_keeps_the_others_in_order", function()
+  -- The awaiters of a task form a ring through the awaiting tasks: removing
+  -- its head, an inner link and its tail must leave the rest in order.
+  local log = {}
+  local target = task.spawn(function() task.yield(); return "v" end)
+  local w = {}
+  for i = 1, 6 do
+    w[i] = task.spawn(function()
+      local v = task.await(target)
+      log[#log + 1] = "w" .. i .. "=" .. v
+    end)
+  end
+  w[1]:cancel()
+  w[4]:cancel()
+  w[6]:cancel()
+  local late = task.spawn(function()
+    local v = task.await(target)
+    log[#log + 1] = "late=" .. v
+  end)
+  H.frames(1)
+  H.eq(log, {"w2=v", "w3=v", "w5=v", "late=v"})
+  H.eq({w[1]:status(), w[4]:status(), w[6]:status(), late:status()},
+    {"cancelled", "cancelled", "cancelled", "done"})
+end)
+
+H.case("a_lone_awaiter_cancelled_leaves_the_task_unawaited", function()
+  -- With its only awaiter gone, a failing task is reported again (nobody
+  -- awaits it), which shows the ring was emptied.
+  local target = task.spawn(function() task.yield(); error("boom", 0) end)
+  local w = task.spawn(function() task.await(target) end)
+  w:cancel()
+  local errors, restore = H.capture_errors()
+  H.frames(1)
+  restore()
+  H.eq(#errors, 1)
+  H.eq(errors[1].err, "boom")
+  H.eq(target:status(), "failed")
+end)
+
 H.case("wake_ups_wait_until_the_running_task_suspends", function()
   local log = {}
   local child
