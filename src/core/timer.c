@@ -339,8 +339,16 @@ bool luna__timers_fire(luna__timers *tm, int timing,
   luna__heap *hs = &tm->heaps[timing * LUNA_TIMER_KIND_COUNT];
   int kind;
 
-  /* Collect, kind by kind in the documented order (the enum's order). */
+  /* Most runs have timers but none due (W2_frame): find the first due
+     kind before setting anything up. */
   for (kind = 0; kind < LUNA_TIMER_KIND_COUNT; kind++)
+    if (hs[kind].n > 0 && hs[kind].a[0].deadline <= now[kind])
+      break;
+  if (kind == LUNA_TIMER_KIND_COUNT)
+    return false;
+
+  /* Collect, kind by kind in the documented order (the enum's order). */
+  for (; kind < LUNA_TIMER_KIND_COUNT; kind++)
     if (hs[kind].n > 0)
       collect(tm, &hs[kind], now[kind], start_seq);
 
