@@ -145,6 +145,11 @@ const char *luna__trace_path(const luna_trace *tr);
 int luna__trace_attach(luna_trace *tr, struct lua_State *L);
 /* Stops observing L (removes its observer). */
 void luna__trace_detach(struct lua_State *L);
+/* For a host with an observer of its own (the REPL's, one per state): fills
+   *obs with what luna__trace_attach would install, to be called from that
+   observer's callbacks. */
+struct luna_lua_observer;
+void luna__trace_observer(luna_trace *tr, struct lua_State *L, struct luna_lua_observer *obs);
 /* A frame marker and the count of live tasks: call right before running
    frame number `frame`. */
 void luna__trace_frame(luna_trace *tr, uint64_t frame, size_t tasks);

@@ -165,9 +165,17 @@ static void resume_end(void *ud, const luna_lua_task_event *ev) {
   emit(tr, e);
 }
 
-int luna__trace_attach(luna_trace *tr, lua_State *L) {
-  luna_lua_observer obs = {NULL, resume_begin, resume_end, tr};
+void luna__trace_observer(luna_trace *tr, lua_State *L, luna_lua_observer *obs) {
   tr->loop = luna_lua_loop(L);
+  obs->task_created = NULL;
+  obs->resume_begin = resume_begin;
+  obs->resume_end = resume_end;
+  obs->ud = tr;
+}
+
+int luna__trace_attach(luna_trace *tr, lua_State *L) {
+  luna_lua_observer obs;
+  luna__trace_observer(tr, L, &obs);
   return luna_lua_set_observer(L, &obs);
 }
 
