@@ -134,7 +134,9 @@ LUNA_API void luna_lua_interrupt(void);
 
 /* Ends an interrupt: until this is called, the interrupted code keeps
    raising at every instruction (so a pcall cannot swallow it), except in
-   the to-be-closed handlers of the task it unwinds. Call it once the
+   the to-be-closed handlers of the task it unwinds, and on the thread of
+   an interrupted callback or predicate once its error is reported (so the
+   error handler and the frame's other callbacks run). Call it once the
    driver has control again (after the frame), before cancelling tasks. */
 LUNA_API void luna_lua_interrupt_clear(void);
 
