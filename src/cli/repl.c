@@ -21,7 +21,9 @@
 ** garbles the input.
 **
 ** Ctrl-C cancels the foreground chunk (interrupting Lua code that runs for
-** good), or clears the line; Ctrl-D, or :quit, cancels every task (their
+** good), or clears the line; it never touches another task or callback,
+** unless a second Ctrl-C comes while the same frame still runs (one stuck
+** in a loop: see on_sigint). Ctrl-D, or :quit, cancels every task (their
 ** to-be-closed variables run) and exits 0.
 */
 #include <errno.h>
@@ -71,25 +73,75 @@ static struct repl {
   char *history;         /* history file, or NULL */
   /* The foreground chunk: a Task in the registry, or LUA_NOREF. */
   int fg_ref;
+  uint64_t fg_id;        /* its id (t.id), or 0 */
   uint64_t chunks;       /* chunks run so far */
   luna_trace *trace;
+  luna_lua_observer trace_obs; /* the trace's observer, called from ours */
 } R;
 
 /* Set by the signal handlers, consumed by the main loop (and :step). */
 static volatile sig_atomic_t got_sigint, got_sigwinch;
-/* Set by the REPL: Lua code may be running; :step runs its frames. */
-static volatile sig_atomic_t in_lua, stepping;
+/* What runs now, for on_sigint. `calling`: the REPL calls Lua itself, on
+   the user's behalf (a chunk starting, :tasks, :cancel, a cancellation, a
+   chunk's results printed); 2 when that call runs on the REPL's own thread
+   (call_lua), not only in tasks. `in_frame`: a frame runs. `fg_resumed`: the
+   foreground chunk's coroutine is resumed (on_resume_begin/end), so what
+   runs now is the chunk or code it called. `frame_sigints`: Ctrl-C
+   presses during the frame that runs now. */
+static volatile sig_atomic_t calling, in_frame, fg_resumed, frame_sigints;
+/* A second Ctrl-C in one frame interrupted code other than the foreground
+   chunk; frame_hit_id is the task it hit (0: a callback or a predicate). */
+static volatile sig_atomic_t frame_hit;
+static uint64_t frame_hit_id;
+/* The ids of the tasks being resumed, innermost last (the observer keeps
+   it; deeper nesting than RESUMED_MAX is counted but not named). */
+#define RESUMED_MAX 64
+static uint64_t resumed_ids[RESUMED_MAX];
+static volatile sig_atomic_t resumed_depth;
+/* The terminal echoed a ^C (it does while no line is edited): the next
+   output, or the prompt, starts on a new line. */
+static volatile sig_atomic_t echoed_ctrl_c;
 static struct sigaction old_sigint, old_sigwinch;
 
+/* Raises "interrupted" in the REPL's own thread once (see on_sigint). */
+static void main_interrupt_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted");
+}
+
+/* Ctrl-C stops Lua code at its next instruction (luna_lua_interrupt) only
+   when that code is what the user waits for: what the REPL calls itself,
+   or the foreground chunk (and what it called) while a frame resumes it.
+   Any other task or callback that a frame runs at that instant is left
+   alone: the main loop cancels the waiting chunk, or clears the line, once
+   the frame has ended. A frame that does not end (a background task or
+   callback stuck in a loop) gets the second Ctrl-C that comes while it
+   still runs: that one interrupts whatever runs. */
 static void on_sigint(int sig) {
   (void)sig;
-  /* Lua code that is running now (a chunk stuck in a loop) is stopped at
-     its next instruction; the main loop then cancels the chunk. During
-     :step, Ctrl-C stops the steps between frames and leaves alone the task
-     or callback that the frame runs at that instant; a second Ctrl-C,
-     before the frame ends, interrupts it (a frame stuck in a loop). */
-  if (in_lua && (!stepping || got_sigint))
-    luna_lua_interrupt();
+  if (calling) {
+    luna_lua_interrupt(); /* a task the call runs */
+    /* The REPL's own thread: the binding only knows what it resumes or
+       calls, and call_lua runs helpers and __tostring on R.L itself.
+       lua_sethook may be called from a signal handler (lua.c does). */
+    if (calling == 2)
+      lua_sethook(R.L, main_interrupt_hook,
+                  LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+  } else if (in_frame) {
+    if (fg_resumed) {
+      luna_lua_interrupt();
+    } else if (frame_sigints > 0) {
+      sig_atomic_t depth = resumed_depth;
+      frame_hit_id = depth > 0 && depth <= RESUMED_MAX ? resumed_ids[depth - 1] : 0;
+      frame_hit = 1;
+      luna_lua_interrupt();
+    }
+    frame_sigints = 1;
+  }
+  /* (luna__edit_editing only reads a flag: safe in a handler.) */
+  if (R.tty && !luna__edit_editing())
+    echoed_ctrl_c = 1;
   got_sigint = 1;
 }
 
@@ -100,9 +152,19 @@ static void on_sigwinch(int sig) {
 
 /* ---- output that keeps the typed line intact ------------------------------- */
 
+/* After a ^C that the terminal echoed, a new line. */
+static void after_echo(void) {
+  if (echoed_ctrl_c) {
+    echoed_ctrl_c = 0;
+    fputs("\n", stdout);
+    R.at_line_start = true;
+  }
+}
+
 /* Erases the prompt and the line being typed, so output can be written on
    a clean line. libedit keeps the text; out_end redraws it. */
 static void out_begin(void) {
+  after_echo();
   if (!luna__edit_editing() || R.hidden)
     return;
   luna__edit_erase();
@@ -277,6 +339,23 @@ static const char helpers_lua[] =
 
 static int helpers_ref = LUA_NOREF;
 
+/* After the REPL's own call into Lua: what Ctrl-C hit has unwound. */
+static void end_call(void) {
+  calling = 0;
+  luna_lua_interrupt_clear();
+  if (lua_gethook(R.L) == main_interrupt_hook)
+    lua_sethook(R.L, NULL, 0, 0); /* set after the last instruction ran */
+}
+
+/* lua_pcall for the REPL's own calls into Lua (on_sigint: Ctrl-C
+   interrupts what they run). */
+static int call_lua(int nargs, int nresults) {
+  calling = 2;
+  int st = lua_pcall(R.L, nargs, nresults, 0);
+  end_call();
+  return st;
+}
+
 /* Calls helper `name` with nargs arguments on top of L; 1 result or nil
    after printing the error. */
 static void call_helper(const char *name, int nargs) {
@@ -285,9 +364,7 @@ static void call_helper(const char *name, int nargs) {
   lua_getfield(L, -1, name);
   lua_remove(L, -2);
   lua_insert(L, -1 - nargs);
-  in_lua = 1;
-  int st = lua_pcall(L, nargs, 1, 0);
-  in_lua = 0;
+  int st = call_lua(nargs, 1);
   if (st != LUA_OK) {
     out_printf(stderr, "%s\n", lua_tostring(L, -1));
     lua_pop(L, 1);
@@ -308,8 +385,10 @@ static void call_method(int task_idx, const char *name, int nresults) {
 
 /* A new line to edit, under the prompt in force. */
 static void show_prompt(void) {
-  if (R.tty && !R.quit)
+  if (R.tty && !R.quit && !luna__edit_editing()) {
+    after_echo();
     luna__edit_start(R.prompt);
+  }
 }
 
 /* No line is edited while a chunk runs: the terminal is in its own mode,
@@ -337,13 +416,53 @@ static void check_exit(void) {
 static void run_frame(luna_ns dt) {
   if (R.trace != NULL)
     luna__trace_frame(R.trace, luna_loop_frame_count(R.loop) + 1, luna_lua_task_count(R.L));
-  in_lua = 1;
+  frame_sigints = 0;
+  frame_hit = 0;
+  in_frame = 1;
   int rc = luna_loop_frame_ns(R.loop, dt);
+  in_frame = 0;
   luna_lua_interrupt_clear(); /* what Ctrl-C hit has unwound */
-  in_lua = 0;
   if (rc < 0 && rc != LUNA_ESTOPPED)
     out_printf(stderr, LUNA_PROGNAME ": frame failed: %s\n", luna_strerror(rc));
+  /* A callback or predicate that was hit reported its "interrupted"
+     error; a task was cancelled, which is never reported: say so. */
+  if (frame_hit && frame_hit_id != 0)
+    out_printf(stderr, "interrupted task %llu, which kept the frame from ending\n",
+               (unsigned long long)frame_hit_id);
   check_exit();
+}
+
+/* The REPL's observer: which tasks are being resumed (for on_sigint), and
+   the trace's observer when tracing. */
+static void on_resume_begin(void *ud, const luna_lua_task_event *ev) {
+  (void)ud;
+  sig_atomic_t depth = resumed_depth;
+  if (depth < RESUMED_MAX)
+    resumed_ids[depth] = ev->id; /* stored before the depth that shows it */
+  resumed_depth = depth + 1;
+  if (ev->id == R.fg_id)
+    fg_resumed = 1;
+  if (R.trace_obs.resume_begin != NULL)
+    R.trace_obs.resume_begin(R.trace_obs.ud, ev);
+}
+
+static void on_resume_end(void *ud, const luna_lua_task_event *ev) {
+  (void)ud;
+  if (ev->id == R.fg_id)
+    fg_resumed = 0;
+  if (resumed_depth > 0)
+    resumed_depth--;
+  if (R.trace_obs.resume_end != NULL)
+    R.trace_obs.resume_end(R.trace_obs.ud, ev);
+}
+
+/* Traces from now on into tr (NULL: stops tracing; the caller closes the
+   old trace). */
+static void use_trace(luna_trace *tr) {
+  R.trace = tr;
+  memset(&R.trace_obs, 0, sizeof R.trace_obs);
+  if (tr != NULL)
+    luna__trace_observer(tr, R.L, &R.trace_obs);
 }
 
 /* ---- chunks -------------------------------------------------------------------- */
@@ -395,6 +514,13 @@ static void chunk_name(const char *code, char *out, size_t size) {
     memcpy(out + n - 3, "...", 3); /* cut short */
 }
 
+static void forget_foreground(void) {
+  luaL_unref(R.L, LUA_REGISTRYINDEX, R.fg_ref);
+  R.fg_ref = LUA_NOREF;
+  R.fg_id = 0;
+  fg_resumed = 0;
+}
+
 /* Prints what the settled foreground chunk returned (as `lua` does), or
    that it was cancelled; its errors were shown by l_on_error. */
 static void finish_chunk(void) {
@@ -410,18 +536,17 @@ static void finish_chunk(void) {
     call_method(t, "result", LUA_MULTRET); /* true, values... */
     lua_remove(L, t + 2);                  /* the leading true */
     int n = lua_gettop(L) - (t + 1);
-    if (n > 0)
-      lua_call(L, n, 0);
+    /* Protected: a __tostring may raise, or loop until Ctrl-C. */
+    if (n > 0 && call_lua(n, 0) != LUA_OK)
+      out_printf(stderr, "%s\n", luna_lua_tostring(L, -1));
   } else if (strcmp(status, "cancelled") == 0) {
     /* A chunk that never awaited was interrupted (so cancelled) by a
-       Ctrl-C whose ^C the terminal echoed: that Ctrl-C is spent. */
-    bool echoed = got_sigint && R.tty;
+       Ctrl-C: that Ctrl-C is spent. */
     got_sigint = 0;
-    out_printf(stdout, "%scancelled\n", echoed ? "\n" : "");
+    out_printf(stdout, "cancelled\n");
   }
   lua_settop(L, top);
-  luaL_unref(L, LUA_REGISTRYINDEX, R.fg_ref);
-  R.fg_ref = LUA_NOREF;
+  forget_foreground();
 }
 
 /* True when the foreground chunk settled (it is then finished). */
@@ -447,10 +572,9 @@ static void start_task(const char *code, bool background) {
   char name[NAME_MAX_LEN + 1];
   chunk_name(code, name, sizeof name);
   R.chunks++;
-  in_lua = 1;
+  calling = 1; /* it runs now, until its first await */
   int rc = luna_lua_spawn(L, 0, name);
-  in_lua = 0;
-  luna_lua_interrupt_clear();
+  end_call();
   if (rc < 0) {
     out_printf(stderr, LUNA_PROGNAME ": cannot start the chunk: %s\n", luna_strerror(rc));
     lua_pop(L, 1);
@@ -462,6 +586,9 @@ static void start_task(const char *code, bool background) {
     lua_pop(L, 2);
     return;
   }
+  lua_getfield(L, -1, "id");
+  R.fg_id = (uint64_t)lua_tointeger(L, -1);
+  lua_pop(L, 1);
   R.fg_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   check_exit();
   if (foreground_settled())
@@ -474,8 +601,7 @@ static void start_task(const char *code, bool background) {
     out_printf(stdout, "[%lld] waits while paused: it goes on in the background\n",
                (long long)lua_tointeger(L, -1));
     lua_pop(L, 2);
-    luaL_unref(L, LUA_REGISTRYINDEX, R.fg_ref);
-    R.fg_ref = LUA_NOREF;
+    forget_foreground();
   }
 }
 
@@ -553,8 +679,9 @@ run:
 static const char help_text[] =
   "Type Lua: each chunk runs as a task, so it may await (task.delay(1)).\n"
   "Expressions print their values. A trailing & runs the chunk in the\n"
-  "background. Ctrl-C cancels the running chunk (or clears the line);\n"
-  "Ctrl-D exits after cancelling every task.\n"
+  "background. Ctrl-C cancels the running chunk (or clears the line) and\n"
+  "leaves the other tasks and callbacks alone; a second Ctrl-C interrupts\n"
+  "a frame that does not end. Ctrl-D exits after cancelling every task.\n"
   "  :tasks             live tasks: id, name, status, wait, timing, due, age\n"
   "  :pause, :resume    stop and restart the frames\n"
   "  :step [N]          run N frames now (default 1), pausing first;\n"
@@ -598,24 +725,21 @@ static void cmd_trace(char *arg) {
   char *file = strtok(NULL, " \t");
   if (mode != NULL && strcmp(mode, "on") == 0 && file != NULL) {
     if (R.trace != NULL) {
-      luna__trace_detach(R.L);
       luna__trace_close(R.trace);
+      use_trace(NULL);
     }
-    R.trace = luna__trace_open(file);
-    if (R.trace != NULL) {
-      luna__trace_attach(R.trace, R.L);
+    use_trace(luna__trace_open(file));
+    if (R.trace != NULL)
       out_printf(stdout, "tracing to %s\n", file);
-    }
   } else if (mode != NULL && strcmp(mode, "off") == 0) {
     if (R.trace == NULL) {
       out_printf(stderr, "not tracing\n");
       return;
     }
     char *path = strdup(luna__trace_path(R.trace));
-    luna__trace_detach(R.L);
     if (luna__trace_close(R.trace))
       out_printf(stdout, "trace written to %s\n", path ? path : "the file");
-    R.trace = NULL;
+    use_trace(NULL);
     free(path);
   } else {
     out_printf(stderr, "usage: :trace on FILE | :trace off\n");
@@ -663,16 +787,13 @@ static void command(char *line) {
     }
     R.paused = true;
     long long done = 0;
-    stepping = 1; /* Ctrl-C stops between frames (see on_sigint) */
+    /* Ctrl-C stops the steps after the frame that runs (see on_sigint). */
     while (done < count && !R.quit && !got_sigint) {
       run_frame(R.opts.frame_dt_ns);
       done++;
     }
-    stepping = 0;
     if (got_sigint) {
       got_sigint = 0;
-      if (R.tty)
-        out_write(stdout, "\n", 1); /* after the ^C the terminal echoed */
       out_printf(stdout, "stopped after %lld of %lld frames\n", done, count);
     }
     report_frame("paused");
@@ -702,12 +823,9 @@ static void command(char *line) {
     if (lua_isnil(R.L, -1)) {
       out_printf(stderr, "no live task %lld\n", count);
     } else {
-      in_lua = 1;
       lua_getfield(R.L, -1, "cancel");
       lua_pushvalue(R.L, -2);
-      int st = lua_pcall(R.L, 1, 0, 0);
-      in_lua = 0;
-      if (st != LUA_OK) {
+      if (call_lua(1, 0) != LUA_OK) {
         out_printf(stderr, "%s\n", lua_tostring(R.L, -1));
         lua_pop(R.L, 1);
       } else {
@@ -871,16 +989,12 @@ static void handle_sigint(void) {
   if (R.fg_ref != LUA_NOREF) {
     lua_State *L = R.L;
     /* The terminal (not in editing mode while a chunk runs) echoed ^C:
-       what the cancellation prints goes on the lines below. */
-    if (R.tty)
-      out_write(stdout, "\n", 1);
+       what the cancellation prints goes on the lines below (after_echo). */
     lua_rawgeti(L, LUA_REGISTRYINDEX, R.fg_ref);
     lua_getfield(L, -1, "cancel");
     lua_insert(L, -2);
-    in_lua = 1;
-    if (lua_pcall(L, 1, 0, 0) != LUA_OK)
+    if (call_lua(1, 0) != LUA_OK)
       lua_pop(L, 1);
-    in_lua = 0;
     return; /* the main loop sees it settled and prints "cancelled" */
   }
   drop_pending();
@@ -1030,12 +1144,21 @@ int luna__cli_repl(int argc, char **argv, int first) {
     lua_call(R.L, 1, 0);
     lua_pop(R.L, 1);
   }
+  /* The REPL's observer is installed for good; it calls the trace's. */
+  {
+    luna_lua_observer obs = {NULL, on_resume_begin, on_resume_end, NULL};
+    if (luna_lua_set_observer(R.L, &obs) < 0) {
+      fprintf(stderr, LUNA_PROGNAME ": cannot observe the Lua state\n");
+      status = LUNA_EXIT_ERROR;
+      goto done;
+    }
+  }
   if (R.opts.trace != NULL) {
-    if ((R.trace = luna__trace_open(R.opts.trace)) == NULL) {
+    use_trace(luna__trace_open(R.opts.trace));
+    if (R.trace == NULL) {
       status = LUNA_EXIT_USAGE;
       goto done;
     }
-    luna__trace_attach(R.trace, R.L);
   }
 
   if (R.tty) {
@@ -1059,9 +1182,9 @@ int luna__cli_repl(int argc, char **argv, int first) {
   fflush(stdout);
   /* Ctrl-D: every task is cancelled, in creation order, its to-be-closed
      variables running (their output is plain: no prompt is shown now). */
-  in_lua = 1;
+  calling = 1;
   luna_lua_cancel_all(R.L);
-  in_lua = 0;
+  end_call();
   restore_signals();
   if (R.tty)
     luna__edit_close(R.history);
@@ -1069,9 +1192,9 @@ int luna__cli_repl(int argc, char **argv, int first) {
   status = R.status;
 done:
   if (R.trace != NULL) {
-    luna__trace_detach(R.L);
     if (!luna__trace_close(R.trace) && status == LUNA_EXIT_OK)
       status = LUNA_EXIT_ERROR;
+    use_trace(NULL);
   }
   drop_pending();
   free(R.in);

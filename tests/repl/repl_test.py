@@ -381,6 +381,180 @@ def case_ctrl_c_stops_a_long_step():
         s.close()
 
 
+# Background work for the Ctrl-C cases below: a busy callback (frames of a
+# few milliseconds, back to back at --hz 1000, so a Ctrl-C nearly always
+# lands inside a frame, while that callback runs) and a task that counts
+# frames.
+BACKGROUND = ("busy = task.on('Update', function() local s = 0 for i = 1, 2e5 do s = s + i end end) "
+              "ticks = 0 counter = task.spawn(function() while true do task.yield() ticks = ticks + 1 end end) "
+              "counter.name = 'counter'")
+
+
+def start_with_background():
+    s = start("--hz", "1000")
+    enter(s, BACKGROUND)
+    wait_prompt(s)
+    return s
+
+
+def check_background_alive(s, ticks_before=None):
+    """The busy callback and the counter survived, nothing failed."""
+    enter(s, "task.stats().callbacks, counter:status(), task.stats().errors")
+    s.wait_for(re.compile(r"\n1\s+suspended\s+0\n>").search, what="callback, counter and no error")
+    if ticks_before is not None:
+        enter(s, "ticks > %d" % ticks_before)
+        s.wait_for(re.compile(r"ticks > %d\ntrue\n" % ticks_before).search, what="the counter goes on")
+    enter(s, ":tasks")
+    s.wait_for(re.compile(r"\n\s+\d+\s+counter\s+suspended\s+yield\s").search, what="the counter in :tasks")
+    wait_prompt(s)
+    check("interrupted" not in s.screen.text(), "nothing was interrupted", s)
+
+
+def ticks_now(s):
+    enter(s, "'ticks', ticks")
+    text = s.wait_for(re.compile(r"\nticks\s+\d+\n>").search)
+    return int(re.findall(r"\nticks\s+(\d+)\n", text)[-1])
+
+
+def case_ctrl_c_at_the_prompt_leaves_background_work_alone():
+    """Issue #7: Ctrl-C at the prompt interrupted whatever task or callback
+    a frame ran at that instant (the busy callback here, which then failed
+    and was removed). It only clears the line now."""
+    s = start_with_background()
+    try:
+        t0 = ticks_now(s)
+        for i in range(1, 9):
+            s.type("x = %d" % i)
+            s.type("\x03")
+            s.wait_for(lambda t: t.endswith("> x = %d^C\n>" % i), what="Ctrl-C %d cleared the line" % i)
+        enter(s, "x")
+        s.wait_for("> x\nnil\n>")
+        check_background_alive(s, t0)
+    finally:
+        s.close()
+
+
+def case_ctrl_c_cancels_only_the_waiting_chunk():
+    """Ctrl-C while a chunk waits cancels that chunk and nothing else."""
+    s = start_with_background()
+    try:
+        t0 = ticks_now(s)
+        for i in range(3):
+            enter(s, "me = task.current() task.delay(100)")
+            s.pump(0.2)
+            check(last_line(s.screen.text()) != ">", "the chunk holds the prompt", s)
+            s.type("\x03")
+            s.wait_for(lambda t: t.endswith("task.delay(100)\n^C\ncancelled\n>"), what="the chunk cancelled")
+            enter(s, "me:status()")
+            s.wait_for("> me:status()\ncancelled\n>")
+        check_background_alive(s, t0)
+    finally:
+        s.close()
+
+
+def case_ctrl_c_interrupts_only_the_stuck_chunk():
+    """A chunk stuck in a loop is interrupted by one Ctrl-C (and so
+    cancelled), both while it starts and when a frame resumes it; the
+    background work is left alone."""
+    s = start_with_background()
+    try:
+        t0 = ticks_now(s)
+        enter(s, "while true do end")
+        s.pump(0.3)
+        s.type("\x03")
+        s.wait_for(lambda t: t.endswith("while true do end\n^C\ncancelled\n>"), what="the starting chunk interrupted")
+        enter(s, "me = task.current() task.yield() while true do end")
+        s.pump(0.3)
+        check(last_line(s.screen.text()) != ">", "the chunk holds the prompt", s)
+        s.type("\x03")
+        s.wait_for(lambda t: t.endswith("task.yield() while true do end\n^C\ncancelled\n>"),
+                   what="the resumed chunk interrupted")
+        enter(s, "me:status()")
+        s.wait_for("> me:status()\ncancelled\n>")
+        check_background_alive(s, t0)
+    finally:
+        s.close()
+
+
+def case_a_stuck_background_task_takes_a_second_ctrl_c():
+    """A background task stuck in a loop holds the frame, so the prompt
+    does not answer. The first Ctrl-C cannot tell it from a busy frame and
+    leaves it alone; a second one while the same frame runs interrupts it
+    (it ends cancelled, and the REPL says which task it was)."""
+    s = start_with_background()
+    try:
+        enter(s, ":bg task.yield() while true do end")
+        text = s.wait_for(re.compile(r"\n\[(\d+)\] task\.yield\(\) while tr\.\.\.\n").search)
+        stuck = re.search(r"\n\[(\d+)\] task\.yield", text).group(1)
+        wait_prompt(s)
+        s.pump(0.3)  # the frame that resumes it never ends
+        before = s.screen.text()
+        s.type("\x03")
+        s.pump(0.5)
+        check(s.screen.text() == before, "the first Ctrl-C changed nothing", s)
+        s.type("\x03")
+        s.wait_for(lambda t: t.endswith("\ninterrupted task %s, which kept the frame from ending\n> ^C\n>" % stuck),
+                   what="the stuck task interrupted")
+        enter(s, "task.stats().callbacks, counter:status(), task.stats().errors, task.stats().tasks")
+        s.wait_for(re.compile(r"\n1\s+suspended\s+0\s+2\n>").search, what="only the stuck task went")
+        enter(s, ":tasks")
+        text = s.wait_for(re.compile(r"\n\s+\d+\s+counter\s+").search)
+        wait_prompt(s)
+        check(re.search(r"^\s+%s\s" % stuck, s.screen.text(), re.M) is None, "the stuck task is gone", s)
+    finally:
+        s.close()
+
+
+def case_an_interrupted_callback_is_reported_once():
+    """Issue #7: interrupting a frame printed "lunaloop: error handler
+    failed: interrupted" (the interrupt hook stayed on the thread that runs
+    callbacks and the error handler), and every callback after the stuck one
+    in that frame failed as well. One report now, and the other callback
+    keeps running."""
+    s = start("--fast")
+    try:
+        enter(s, ":pause")
+        s.wait_for(re.compile(r"paused at frame \d+").search)
+        enter(s, "stuck = task.on('Update', function() while true do end end) "
+                 "n = 0 after = task.on('Update', function() n = n + 1 end)")
+        wait_prompt(s)
+        enter(s, ":step 3")
+        s.pump(0.3)
+        s.type("\x03")
+        s.pump(0.3)
+        s.type("\x03")
+        text = s.wait_for(re.compile(r"stopped after 1 of 3 frames\npaused at frame \d+\n>").search)
+        out = text.split(":step 3\n", 1)[1]
+        check(re.match(r"\^C\^C\na callback failed: interrupted\nstack traceback:\n(\s+.*\n)+"
+                       r"stopped after 1 of 3 frames\n", out) is not None,
+              "one report, on its own line", s)
+        check("error handler failed" not in text, "the error handler ran", s)
+        enter(s, "n, task.stats().callbacks, after:active()")
+        s.wait_for(re.compile(r"\n1\s+1\s+true\n>").search, what="the other callback ran and stays")
+    finally:
+        s.close()
+
+
+def case_printing_results_is_protected():
+    """A chunk's results are printed with tostring: a __tostring that
+    raised aborted the REPL ("PANIC: unprotected error"), and one that
+    never returned could not be stopped. The error is printed; Ctrl-C
+    interrupts the loop."""
+    s = start()
+    try:
+        enter(s, "setmetatable({}, {__tostring = function() error('no string') end})")
+        s.wait_for("\nstdin:1: no string\n>")
+        enter(s, "setmetatable({}, {__tostring = function() while true do end end})")
+        s.pump(0.3)
+        check(last_line(s.screen.text()) != ">", "the printing holds the prompt", s)
+        s.type("\x03")
+        s.wait_for(lambda t: t.endswith("end end})\n^C\ninterrupted\n>"), what="the loop interrupted")
+        enter(s, "'alive'")
+        s.wait_for("\nalive\n>")
+    finally:
+        s.close()
+
+
 def case_bg_without_code_starts_nothing():
     """Issue #7: `:bg` with no code, and a lone `&`, started an empty task.
     They print a usage line and start nothing."""
