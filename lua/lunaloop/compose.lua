@@ -47,7 +47,7 @@ local function collect(fname, ...)
   if fname == "when_any" and n == 0 then
     argerror(fname, 1, "expected at least one Task or function", 3)
   end
-  I.check_await("task." .. fname)
+  I.check_await("task." .. fname, 3)
   -- Inputs already settled: their failure went where it goes (reported, or
   -- to another awaiter) before we saw it, so it must not be reported again.
   local handled, me = {}, current()
@@ -183,7 +183,7 @@ function M.timeout(seconds, fn, ...)
   if not own and not is_task(fn) and not is_promise(fn) then
     argerror("timeout", 2, "expected a function, a Task or a Promise, got " .. type(fn))
   end
-  I.check_await("task.timeout")
+  I.check_await("task.timeout", 2)
   local me = current()
   local child = own and new_task(fn, ...) or fn
   local state = {what = "task.timeout", waiting = false}
@@ -269,7 +269,7 @@ end
 -- child is not a failure; cancelling the calling task cancels them all.
 function M.scope(fn, ...)
   if type(fn) ~= "function" then argerror("scope", 1, "expected a function, got " .. type(fn)) end
-  I.check_await("task.scope")
+  I.check_await("task.scope", 2)
   local me = current()
   local s = setmetatable({open = true, failing = false, err = nil, children = {},
     order = {}, count = 0, waiting = false, in_body = true, owner = me,
@@ -364,7 +364,7 @@ function Channel:send(v)
   if self.closed then error("send on a closed channel", 2) end
   if deliver(self, v) then return end
   if qlen(self.buf) < self.cap then push(self.buf, v); return end
-  I.check_await("channel:send")
+  I.check_await("channel:send", 2)
   local rec = {task = current(), value = v, state = "waiting"}
   push(self.sendq, rec)
   local ok, err = pcall(suspend, "channel:send")
@@ -398,7 +398,7 @@ function Channel:receive()
     return s.value
   end
   if self.closed then return nil, "closed" end
-  I.check_await("channel:receive")
+  I.check_await("channel:receive", 2)
   local rec = {task = current(), state = "waiting"}
   push(self.recvq, rec)
   local ok, err = pcall(suspend, "channel:receive")

@@ -136,20 +136,32 @@ static lua_Integer check_frames(lua_State *L, int idx) {
 
 /* ---- the await context ------------------------------------------------------ */
 
+/* Raises "<position of level>: <what>: <msg>"; level as Lua's error(). */
+static int await_error(lua_State *L, int level, const char *what, const char *msg) {
+  luaL_where(L, level);
+  lua_pushfstring(L, "%s: %s", what, msg);
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
 luna__task *luna__check_await(lua_State *L, const char *what) {
-  return luna__check_await_in(L, luna__check_binding(L), what);
+  return luna__check_await_at(L, luna__check_binding(L), what, 1);
 }
 
 luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *what) {
+  return luna__check_await_at(L, b, what, 1);
+}
+
+luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *what, int level) {
   luna__task *t = b->current;
   if (t == NULL || t->co != L) {
     int is_main = lua_pushthread(L);
     lua_pop(L, 1);
     if (is_main)
-      luaL_error(L, "%s: not inside a task (the main thread cannot await; "
-                    "start a task with task.spawn)", what);
-    luaL_error(L, "%s: called from a coroutine that is not a task (await "
-                  "from the task itself, or start one with task.spawn)", what);
+      await_error(L, level, what, "not inside a task (the main thread cannot await; "
+                                  "start a task with task.spawn)");
+    await_error(L, level, what, "called from a coroutine that is not a task (await "
+                                "from the task itself, or start one with task.spawn)");
   }
   if (t->cancel_requested || t->interrupt) {
     t->interrupt = false;
@@ -157,9 +169,9 @@ luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *wha
     lua_error(L);
   }
   if (!lua_isyieldable(L))
-    luaL_error(L, "%s: attempt to await across a C-call boundary (inside a "
-                  "table.sort comparator, a metamethod or another C function); "
-                  "move the await out of it", what);
+    await_error(L, level, what, "attempt to await across a C-call boundary (inside a "
+                                "table.sort comparator, a metamethod or another C "
+                                "function); move the await out of it");
   return t;
 }
 

@@ -309,6 +309,10 @@ void luna__timer_cb(luna_loop *loop, void *arg);
    was cancelled. */
 luna__task *luna__check_await(lua_State *L, const char *what);
 luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *what);
+/* The same, with the position of a message error taken at `level` (as Lua's
+   error(): 1 is the caller of the C function), for awaits written in Lua
+   (compose.lua) whose errors should point at the user's call. */
+luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *what, int level);
 /* Suspends the calling task (whose wait is armed) until woken. */
 int luna__suspend(lua_State *L, luna__task *t);
 luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def);

@@ -14,9 +14,13 @@
 extern const char luna__compose_lua[];
 extern const size_t luna__compose_lua_size;
 
-/* check_await(name): raises the await errors of task.* calls for `name`. */
+/* check_await(name, [level]): raises the await errors of task.* calls for
+   `name`, positioned at `level` (as error(): 1 is the Lua function calling
+   check_await, 2 its caller), so they point at the user's line. */
 static int l_check_await(lua_State *L) {
-  luna__check_await(L, luaL_checkstring(L, 1));
+  const char *what = luaL_checkstring(L, 1);
+  int level = (int)luaL_optinteger(L, 2, 1);
+  luna__check_await_at(L, luna__check_binding(L), what, level);
   return 0;
 }
 

@@ -116,7 +116,12 @@ H.case("channel_argument_errors", function()
   local ch = task.channel()
   H.has(H.raises(function() ch:send(nil) end), "channel values cannot be nil")
   H.has(H.raises(function() ch.send({}, 1) end), "expected a Channel")
-  H.has(H.raises(function() ch:receive() end), "channel:receive: not inside a task")
+  -- await errors point at the caller's line, not into the library
+  local at = "channel_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": channel:receive: not inside a task"
+  H.has(H.raises(function() ch:receive() end), at)
+  local rendezvous = task.channel(0)
+  at = "channel_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": channel:send: not inside a task"
+  H.has(H.raises(function() rendezvous:send(1) end), at)
 end)
 
 H.run()

@@ -166,13 +166,17 @@ end)
 H.case("combinators_validate_arguments_and_context", function()
   H.has(H.raises(function() task.when_all(1) end), "expected a Task, a Promise or a function, got number")
   H.has(H.raises(function() task.when_any() end), "at least one")
-  H.has(H.raises(function() task.when_all(function() end) end), "task.when_all: not inside a task")
+  local at = "compose_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": task.when_all: not inside a task"
+  H.has(H.raises(function() task.when_all(function() end) end), at)
   H.has(H.raises(function() task.timeout(-1, print) end), "non-negative number of seconds")
   -- the error points at the caller's line, not inside the library
   local line = debug.getinfo(1, "l").currentline + 1
   H.has(H.raises(function() task.timeout(nil, print) end), "compose_test.lua:" .. line .. ":")
   H.has(H.raises(function() task.timeout(1, 5) end), "expected a function, a Task or a Promise")
-  H.has(H.raises(function() task.scope(function() end) end), "task.scope: not inside a task")
+  at = "compose_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": task.scope: not inside a task"
+  H.has(H.raises(function() task.scope(function() end) end), at)
+  at = "compose_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": task.timeout: not inside a task"
+  H.has(H.raises(function() task.timeout(1, print) end), at)
   H.eq(testhost.task_count(), 0, "nothing was started")
   local out = run_task(function() return task.when_all() end)
   H.eq(out.values, {n = 1, true}, "when_all of nothing returns nothing at once")
