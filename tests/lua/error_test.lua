@@ -165,6 +165,19 @@ H.case("a_failing_error_handler_does_not_break_the_loop", function()
   task.on_error(nil)
 end)
 
+H.case("an_xpcall_handler_cannot_await_but_pcall_can", function()
+  -- docs/api.md "Awaits": Lua runs a message handler where it cannot yield.
+  local got = {}
+  task.spawn(function()
+    got.xpcall = table.pack(xpcall(function() error("x", 0) end,
+      function(e) task.yield(); return e end))
+    got.pcall = table.pack(pcall(function() task.yield(); return "after" end))
+  end)
+  H.frames(1)
+  H.eq(got.xpcall, {n = 2, false, "error in error handling"})
+  H.eq(got.pcall, {n = 2, true, "after"})
+end)
+
 H.case("await_outside_a_task_raises_a_clear_error", function()
   H.has(H.raises(function() task.yield() end), "task.yield: not inside a task")
   H.has(H.raises(function() task.delay(1) end), "task.delay: not inside a task")
