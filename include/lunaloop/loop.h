@@ -250,8 +250,19 @@ LUNA_API size_t luna_purge(luna_loop *loop, luna_match_fn match, void *ud);
    backlog outgrows it (blocks are kept until luna_loop_free, so a steady
    load stops allocating), so a post is never dropped. 0, LUNA_EINVAL (NULL
    loop or fn, bad timing), LUNA_ENOMEM when the allocator fails (fn never
-   runs then). The loop must outlive the call. */
+   runs then). The loop must outlive the call. luna_loop_reserve_posts
+   grows the pool ahead for producers that must not allocate. */
 LUNA_API int luna_post(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg);
+
+/* Grows the inbox's node pool now so that at least `n` posts can wait at
+   once (over all timings and producer threads) without luna_post calling
+   the allocator: for hosts whose producers must never allocate (an audio
+   or network thread) and that know their worst backlog. Nodes are 32
+   bytes and stay until luna_loop_free. The pool starts with 1024; the
+   largest it can be is 16,778,240 nodes. ANY thread, like luna_post.
+   Returns 0 (also when the pool already holds n), LUNA_EINVAL (NULL loop,
+   n beyond the largest pool), LUNA_ENOMEM (the pool keeps what it got). */
+LUNA_API int luna_loop_reserve_posts(luna_loop *loop, size_t n);
 
 /* ---- timers -------------------------------------------------------------- */
 

@@ -138,35 +138,69 @@ static void pool_push_chain(luna__inbox *in, uint32_t s, uint32_t first,
   } while (!luna__u64_cas_release(head, &old, desired));
 }
 
+/* Claims and fills block c of the pool and pushes its nodes on the free
+   list of shard s, all of them for a reservation, all but the first (which
+   it returns) for a post. A post's block counts as allocated for posts
+   (LUNA__NODE_FRESH); a reserved one does not. NULL when c is past the
+   last block or an allocation failed (the claim of c is then wasted). */
+static luna__node *add_block(luna__inbox *in, const luna__alloc *a, uint32_t c, uint32_t s,
+                             bool for_post) {
+  _Atomic(void *) *slot;
+  luna__node *block;
+  uint32_t base = LUNA__POOL_SIZE + c * LUNA__CHUNK_NODES, k;
+  uint32_t fresh = for_post ? LUNA__NODE_FRESH : 0;
+  if (c >= LUNA__MAX_CHUNKS || (slot = claim_slot(in, a, c)) == NULL ||
+      (block = luna__malloc(a, LUNA__CHUNK_NODES * sizeof *block)) == NULL)
+    return NULL;
+  for (k = 0; k < LUNA__CHUNK_NODES; k++) {
+    atomic_init(&block[k].next_free, k + 1 < LUNA__CHUNK_NODES ? base + k + 2 : 0);
+    block[k].meta = (base + k + 1) | fresh;
+  }
+  /* Published before any of its indices can be read from a free list. */
+  luna__ptr_store_release(slot, block);
+  if (for_post) {
+    pool_push_chain(in, s, base + 2, &block[LUNA__CHUNK_NODES - 1]);
+    return &block[0];
+  }
+  pool_push_chain(in, s, base + 1, &block[LUNA__CHUNK_NODES - 1]);
+  return block;
+}
+
 /* The pool of shard s is empty: take a node from another shard, or grow
    the pool by a block (keeping one node, pushing the rest on shard s), or
    past the last block allocate a lone node. NULL when the allocator fails. */
 static luna__node *pool_refill(luna__inbox *in, const luna__alloc *a, uint32_t s) {
-  uint32_t k, c;
-  luna__node *n, *block;
-  _Atomic(void *) *slot;
+  uint32_t k;
+  luna__node *n;
   for (k = 1; k < LUNA__INBOX_SHARDS; k++)
     if ((n = pool_pop(in, (s + k) % LUNA__INBOX_SHARDS)) != NULL)
       return n;
-  c = luna__u32_fetch_add_relaxed(&in->nchunks, 1);
-  if (c < LUNA__MAX_CHUNKS && (slot = claim_slot(in, a, c)) != NULL &&
-      (block = luna__malloc(a, LUNA__CHUNK_NODES * sizeof *block)) != NULL) {
-    uint32_t base = LUNA__POOL_SIZE + c * LUNA__CHUNK_NODES;
-    for (k = 0; k < LUNA__CHUNK_NODES; k++) {
-      atomic_init(&block[k].next_free, k + 1 < LUNA__CHUNK_NODES ? base + k + 2 : 0);
-      block[k].meta = (base + k + 1) | LUNA__NODE_FRESH;
-    }
-    /* Published before any of its indices can be read from a free list. */
-    luna__ptr_store_release(slot, block);
-    pool_push_chain(in, s, base + 2, &block[LUNA__CHUNK_NODES - 1]);
-    return &block[0];
-  }
+  n = add_block(in, a, luna__u32_fetch_add_relaxed(&in->nchunks, 1), s, true);
+  if (n != NULL)
+    return n;
   /* No block (the pool is at its largest, or the block's allocation
      failed): a lone node, freed once delivered. */
   n = luna__malloc(a, sizeof *n);
   if (n != NULL)
     n->meta = LUNA__NODE_FRESH; /* index 0: lone */
   return n;
+}
+
+int luna__inbox_reserve(luna__inbox *in, const luna__alloc *a, size_t n) {
+  const size_t most = LUNA__POOL_SIZE + (size_t)LUNA__MAX_CHUNKS * LUNA__CHUNK_NODES;
+  if (n > most)
+    return LUNA_EINVAL;
+  for (;;) {
+    uint32_t have = luna__u32_load_relaxed(&in->nchunks), c;
+    if (have > LUNA__MAX_CHUNKS)
+      have = LUNA__MAX_CHUNKS;
+    if (LUNA__POOL_SIZE + (size_t)have * LUNA__CHUNK_NODES >= n)
+      return 0;
+    c = luna__u32_fetch_add_relaxed(&in->nchunks, 1);
+    /* Blocks go round the shards, so every producer finds nodes at home. */
+    if (add_block(in, a, c, c % LUNA__INBOX_SHARDS, false) == NULL)
+      return LUNA_ENOMEM; /* an allocation failed (or left a hole earlier) */
+  }
 }
 
 int luna__inbox_post(luna__inbox *in, const luna__alloc *a, int timing,

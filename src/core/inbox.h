@@ -114,6 +114,11 @@ typedef struct luna__inbox {
 /* Allocates the pool. 0 or LUNA_ENOMEM. Loop creation. */
 int luna__inbox_init(luna__inbox *in, const luna__alloc *a);
 
+/* luna_loop_reserve_posts: grows the pool by blocks until it holds at
+   least n nodes. Any thread (as a post that grows the pool). 0, LUNA_EINVAL
+   when n is beyond the largest pool, LUNA_ENOMEM. */
+int luna__inbox_reserve(luna__inbox *in, const luna__alloc *a, size_t n);
+
 /* Any thread. 0 or LUNA_ENOMEM. `timing` must be valid. */
 int luna__inbox_post(luna__inbox *in, const luna__alloc *a, int timing,
                      luna_fn fn, void *arg);

@@ -412,6 +412,12 @@ size_t luna_purge(luna_loop *loop, luna_match_fn match, void *ud) {
   return n;
 }
 
+int luna_loop_reserve_posts(luna_loop *loop, size_t n) {
+  if (loop == NULL)
+    return LUNA_EINVAL;
+  return luna__inbox_reserve(&loop->inbox, &loop->alloc, n);
+}
+
 int luna_post(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg) {
   if (loop == NULL || fn == NULL || !valid_timing((int)timing))
     return LUNA_EINVAL;

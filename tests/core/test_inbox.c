@@ -130,6 +130,51 @@ static void post_fails_with_enomem_only_when_pool_and_allocator_are_empty(void *
     assert_int_equal(g_log.v[i], i); /* the failed one never ran */
 }
 
+static long reserved_runs;
+static void count_run(luna_loop *loop, void *arg) {
+  (void)loop;
+  (void)arg;
+  reserved_runs++;
+}
+
+/* luna_loop_reserve_posts grows the pool ahead: afterwards a backlog of that
+   size posts without one call to the allocator (and the posts are not
+   counted as allocated), one more post grows it again. */
+static void reserved_posts_never_call_the_allocator(void **state) {
+  fixture *f = *state;
+  luna_loop_stats st;
+  long allocs;
+  int i;
+  assert_int_equal(luna_loop_reserve_posts(f->loop, 5000), 0);
+  allocs = atomic_load(&f->ca.allocs);
+  counting_fail_after(&f->ca, 0); /* any allocation from here fails */
+  /* 1024 + 16 blocks of 256 = 5120 nodes: the reservation rounds up */
+  for (i = 0; i < 5120; i++)
+    assert_int_equal(luna_post(f->loop, i % 3 ? LUNA_UPDATE : LUNA_PRE_UPDATE, count_run, NULL), 0);
+  assert_int_equal(luna_post(f->loop, LUNA_UPDATE, count_run, NULL), LUNA_ENOMEM);
+  assert_int_equal(atomic_load(&f->ca.allocs), allocs);
+  luna_loop_get_stats(f->loop, &st);
+  assert_int_equal(st.posts_allocated, 0);
+  counting_fail_after(&f->ca, -1);
+  /* a smaller or equal reservation does nothing */
+  assert_int_equal(luna_loop_reserve_posts(f->loop, 5120), 0);
+  assert_int_equal(luna_loop_reserve_posts(f->loop, 10), 0);
+  assert_int_equal(atomic_load(&f->ca.allocs), allocs);
+  reserved_runs = 0;
+  assert_int_equal(luna_loop_frame(f->loop, 0.01), 0);
+  assert_int_equal(reserved_runs, 5120);
+}
+
+static void reserve_posts_checks_its_arguments(void **state) {
+  fixture *f = *state;
+  assert_int_equal(luna_loop_reserve_posts(NULL, 1), LUNA_EINVAL);
+  assert_int_equal(luna_loop_reserve_posts(f->loop, (size_t)1024 + 65536u * 256u + 1), LUNA_EINVAL);
+  counting_fail_after(&f->ca, 0);
+  assert_int_equal(luna_loop_reserve_posts(f->loop, 2000), LUNA_ENOMEM);
+  counting_fail_after(&f->ca, -1);
+  assert_int_equal(luna_loop_reserve_posts(f->loop, 2000), 0);
+}
+
 /* If the continuation queue cannot grow, posts stay in the inbox side (in
    order) and are delivered at a later run: late, never lost. */
 static void posts_survive_a_queue_that_cannot_grow(void **state) {
@@ -240,9 +285,13 @@ static void many_producers_keep_count_and_per_producer_order(void **state) {
     args[i].id = i;
     assert_int_equal(pthread_create(&th[i], NULL, mp_worker, &args[i]), 0);
   }
-  /* Frames run concurrently with the producers. */
+  /* Frames run concurrently with the producers; the loop thread also grows
+     the pool ahead of them now and then (luna_loop_reserve_posts races
+     with the posts that grow it, which TSan checks). */
   while (mp.total < (long)MP_THREADS * MP_POSTS && frames < 100000000L) {
     assert_int_equal(luna_loop_frame_ns(f->loop, 1000000), 0);
+    if (frames % 64 == 0 && frames / 64 < 200)
+      assert_int_equal(luna_loop_reserve_posts(f->loop, 1024 + (size_t)(frames / 64) * 512), 0);
     frames++;
   }
   for (i = 0; i < MP_THREADS; i++) {
@@ -266,6 +315,8 @@ int main(void) {
       T(posts_join_the_queue_behind_earlier_continuations),
       T(post_rejects_bad_arguments),
       T(post_fails_with_enomem_only_when_pool_and_allocator_are_empty),
+      T(reserved_posts_never_call_the_allocator),
+      T(reserve_posts_checks_its_arguments),
       T(posts_survive_a_queue_that_cannot_grow),
       T(reset_keeps_posts_and_delivers_them),
       T(reset_keeps_posts_left_in_the_queue_by_a_stop),

@@ -44,6 +44,7 @@ static void a_null_loop_is_refused_everywhere(void **state) {
   assert_int_equal(luna_loop_new(NULL, NULL), LUNA_EINVAL);
   luna_loop_free(NULL);
   assert_int_equal(luna_loop_reset(NULL), LUNA_EINVAL);
+  assert_int_equal(luna_loop_reserve_posts(NULL, 10), LUNA_EINVAL);
   assert_int_equal(luna_loop_add_listener(NULL, listener, NULL), LUNA_EINVAL);
   assert_int_equal(luna_loop_remove_listener(NULL, listener, NULL), LUNA_EINVAL);
   assert_int_equal(luna_loop_frame(NULL, 0.01), LUNA_EINVAL);
