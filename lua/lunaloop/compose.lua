@@ -333,7 +333,8 @@ Channel.__name = "lunaloop.Channel"
 function M.channel(capacity)
   if capacity ~= nil then
     if math.type(capacity) ~= "integer" or capacity < 0 then
-      argerror("channel", 1, "expected a non-negative integer capacity, got " .. tostring(capacity))
+      local got = type(capacity) == "number" and tostring(capacity) or type(capacity)
+      argerror("channel", 1, "expected a non-negative integer capacity, got " .. got)
     end
   else
     capacity = math.huge

@@ -118,12 +118,18 @@ luna_clock luna__field_clock(lua_State *L, int opts, const char *field, luna_clo
   return (luna_clock)field_name(L, lua_absindex(L, opts), field, &clock_names, (int)def);
 }
 
+const char *luna__number_text(lua_State *L, lua_Number v) {
+  if (v != v) /* printf gives "-nan" for 0/0 on most platforms */
+    return lua_pushliteral(L, "nan");
+  return lua_pushfstring(L, "%f", v);
+}
+
 luna_ns luna__check_seconds(lua_State *L, int idx) {
   lua_Number s = luaL_checknumber(L, idx);
   luna_ns ns;
   if (luna_seconds_to_ns((double)s, &ns) != 0)
     luaL_argerror(L, idx, lua_pushfstring(L, "expected a finite, non-negative number of "
-                                          "seconds, got %f", s));
+                                          "seconds, got %s", luna__number_text(L, s)));
   return ns;
 }
 

@@ -318,6 +318,9 @@ int luna__suspend(lua_State *L, luna__task *t);
 luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def);
 luna_clock luna__opt_clock(lua_State *L, int idx, luna_clock def);
 luna_ns luna__check_seconds(lua_State *L, int idx);
+/* Pushes and returns a number as text for an error message: as %f in
+   lua_pushfstring, but "nan" for a NaN (printf may give "-nan"). */
+const char *luna__number_text(lua_State *L, lua_Number v);
 /* Options tables: unknown keys raise; fields parsed with errors naming them. */
 void luna__check_options(lua_State *L, int opts, const char *const known[]);
 luna_timing luna__field_timing(lua_State *L, int opts, const char *field, luna_timing def);

@@ -257,14 +257,18 @@ static int l_every(lua_State *L) {
   static const luna_timer_kind kinds[LUNA_CLOCK_COUNT] = {
       LUNA_TIMER_SCALED, LUNA_TIMER_UNSCALED, LUNA_TIMER_REALTIME, LUNA_TIMER_FIXED};
   luna__binding *b = luna__check_binding(L);
-  luna_ns interval = luna__check_seconds(L, 1);
+  lua_Number seconds = luaL_checknumber(L, 1);
+  luna_ns interval;
   luna_timing timing = LUNA_UPDATE;
   luna_clock clock = LUNA_CLOCK_SCALED;
   bool spread = false;
   luna__handle *h;
   luna_ns now;
   int rc;
-  luaL_argcheck(L, interval > 0, 1, "expected a positive interval in seconds");
+  if (!(seconds > 0) || luna_seconds_to_ns((double)seconds, &interval) != 0 || interval == 0)
+    return luaL_argerror(L, 1, lua_pushfstring(L, "expected a finite interval of at least "
+                                               "1e-9 seconds, got %s",
+                                               luna__number_text(L, seconds)));
   luaL_checktype(L, 2, LUA_TFUNCTION);
   if (!lua_isnoneornil(L, 3)) {
     static const char *const known[] = {"timing", "clock", "spread", NULL};

@@ -181,7 +181,9 @@ static int l_stats(lua_State *L) {
 static int l_debug(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
   if (!lua_isnoneornil(L, 1)) {
+    static const char *const known[] = {"creation_traceback", "profile", NULL};
     luaL_checktype(L, 1, LUA_TTABLE);
+    luna__check_options(L, 1, known);
     if (lua_getfield(L, 1, "creation_traceback") != LUA_TNIL)
       b->creation_traceback = lua_toboolean(L, -1);
     if (lua_getfield(L, 1, "profile") != LUA_TNIL)

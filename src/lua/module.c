@@ -149,7 +149,7 @@ static int l_time_scale(lua_State *L) {
     lua_Number v = luaL_checknumber(L, 1);
     if (luna_loop_set_time_scale(b->loop, (double)v) != 0)
       return luaL_argerror(L, 1, lua_pushfstring(L, "expected a time scale from 0 to "
-                                                 "1e6, got %f", v));
+                                                 "1e6, got %s", luna__number_text(L, v)));
   }
   lua_pushnumber(L, luna_loop_time_scale(b->loop));
   return 1;

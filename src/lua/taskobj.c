@@ -101,7 +101,7 @@ static int l_newindex(lua_State *L) {
     return luaL_error(L, "Task field '%s' cannot be set (only 'name' can)",
                       key != NULL ? key : luaL_typename(L, 2));
   if (!lua_isnil(L, 3) && lua_type(L, 3) != LUA_TSTRING)
-    return luaL_argerror(L, 3, "expected a string or nil for name");
+    return luaL_error(L, "Task.name: expected a string or nil, got %s", luaL_typename(L, 3));
   lua_settop(L, 3);
   luna__set_name(L, 1);
   return 0;

@@ -119,7 +119,7 @@ H.case("task_fields_name_id_and_tostring", function()
   H.eq(math.type(t.id), "integer")
   H.has(tostring(t), "Task(walker, suspended)")
   H.has(H.raises(function() t.status = 1 end), "cannot be set")
-  H.has(H.raises(function() t.name = 5 end), "string or nil")
+  H.has(H.raises(function() t.name = 5 end), "Task.name: expected a string or nil, got number")
   H.eq(task.current(), nil, "no current task on the main thread")
   local inside
   local t2 = task.spawn(function() inside = task.current() end)

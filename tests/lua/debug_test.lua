@@ -8,6 +8,9 @@ end
 
 H.case("creation_traceback_is_off_by_default_and_kept_when_enabled", function()
   H.eq(task.debug(), {creation_traceback = false, profile = false})
+  H.has(H.raises(function() task.debug{creation_traceback = true, bogus = 1} end),
+    "unknown option 'bogus' (expected: creation_traceback, profile)")
+  H.eq(task.debug().creation_traceback, false, "a refused call changes nothing")
   local before = spawner()
   H.eq(before:info().traceback, nil, "off: nothing is kept")
   H.eq(task.debug{creation_traceback = true}.creation_traceback, true)

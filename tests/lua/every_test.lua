@@ -58,8 +58,12 @@ H.case("every_removed_inside_its_call_and_errors_remove_it", function()
 end)
 
 H.case("every_argument_errors", function()
-  H.has(H.raises(function() task.every(0, print) end), "positive interval")
-  H.has(H.raises(function() task.every(-1, print) end), "non-negative number of seconds")
+  local msg = "expected a finite interval of at least 1e-9 seconds, got "
+  H.has(H.raises(function() task.every(0, print) end), msg .. "0.0")
+  H.has(H.raises(function() task.every(-1, print) end), msg .. "-1.0")
+  H.has(H.raises(function() task.every(1e-300, print) end), msg .. "1e-300")
+  H.has(H.raises(function() task.every(0 / 0, print) end), msg .. "nan")
+  H.has(H.raises(function() task.every(math.huge, print) end), msg .. "inf")
   H.has(H.raises(function() task.every(1, nil) end), "function expected")
   H.has(H.raises(function() task.every(1, print, {clock = "moon"}) end),
     "opts.clock: unknown clock 'moon'")
