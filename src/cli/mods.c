@@ -108,11 +108,11 @@ static int parse_options(int argc, char **argv, mods_options *o) {
       break;
     case OPT_HZ:
       if (!luna__cli_parse_rate(optarg, &o->run.frame_dt_ns))
-        return luna__cli_bad_value(name, optarg, "a positive number");
+        return luna__cli_bad_value(name, optarg, "a rate in Hz from 1e-9 to 1e9");
       break;
     case OPT_FIXED_HZ:
       if (!luna__cli_parse_rate(optarg, &o->run.fixed_dt_ns))
-        return luna__cli_bad_value(name, optarg, "a positive number");
+        return luna__cli_bad_value(name, optarg, "a rate in Hz from 1e-9 to 1e9");
       break;
     case OPT_FRAMES:
       if (!luna__cli_parse_integer(optarg, false, &n))

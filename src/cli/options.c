@@ -44,15 +44,14 @@ bool luna__cli_parse_double(const char *s, double *out) {
   return true;
 }
 
-/* A rate in Hz becomes a period in ns, rounded to nearest (60 Hz:
-   16,666,667 ns). A rate so high that the period rounds to 0 is refused. */
+/* A rate in Hz, from 1e-9 to 1e9 (periods from 1 ns to 1e18 ns, which
+   the clocks can count), becomes a period in ns, rounded to nearest
+   (60 Hz: 16,666,667 ns). */
 bool luna__cli_parse_rate(const char *s, luna_ns *period) {
-  double hz;
-  if (!luna__cli_parse_double(s, &hz) || hz <= 0)
+  double hz, ns;
+  if (!luna__cli_parse_double(s, &hz) || !(hz >= 1e-9 && hz <= 1e9))
     return false;
-  double ns = round(1e9 / hz);
-  if (ns < 1 || ns > (double)LUNA_NS_MAX)
-    return false;
+  ns = round(1e9 / hz);
   *period = (luna_ns)ns;
   return true;
 }
@@ -107,11 +106,11 @@ static int parse_options(int argc, char **argv, luna_run_options *opts, bool rep
       break;
     case OPT_HZ:
       if (!luna__cli_parse_rate(optarg, &opts->frame_dt_ns))
-        return luna__cli_bad_value(name, optarg, "a positive number");
+        return luna__cli_bad_value(name, optarg, "a rate in Hz from 1e-9 to 1e9");
       break;
     case OPT_FIXED_HZ:
       if (!luna__cli_parse_rate(optarg, &opts->fixed_dt_ns))
-        return luna__cli_bad_value(name, optarg, "a positive number");
+        return luna__cli_bad_value(name, optarg, "a rate in Hz from 1e-9 to 1e9");
       break;
     case OPT_FRAMES:
       if (repl)

@@ -84,13 +84,18 @@ case_usage_errors() {
   expect_status 2
   expect_err "needs a value"
   local bad
-  for bad in "--hz abc" "--hz 0" "--hz -60" "--fixed-hz 0" "--frames -1" "--frames 1.5" \
+  for bad in "--hz abc" "--hz 0" "--hz -60" "--hz 2e9" "--fixed-hz 0" "--frames -1" "--frames 1.5" \
              "--time-scale -1" "--time-scale nan" "--seed x"; do
     # shellcheck disable=SC2086 # the option and its value are two words
     ll run $bad "$S/ok.lua"
     expect_status 2
     expect_err "^lunaloop: bad value"
   done
+  ll run --hz 1e10 "$S/ok.lua"
+  expect_status 2
+  expect_err "^lunaloop: bad value '1e10' for --hz \\(expected a rate in Hz from 1e-9 to 1e9\\)$"
+  ll run --fast --frames 1 --hz 1e9 "$S/ok.lua"
+  expect_status 0
   # No final period, lowercase start: the project's message style.
   if grep -E '^lunaloop: .*\.$' "$ERR" >/dev/null; then fail "message ends with a period"; fi
 }
