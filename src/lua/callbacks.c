@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "loop_internal.h"
 
 void luna__every_cb(luna_loop *loop, void *arg);
 
@@ -47,21 +48,26 @@ static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
   h->ref = h->fn_ref = LUA_NOREF;
 }
 
-/* Calls the handle's function with the number on top of L (popped) in
-   protected mode; a raising callback is reported and removed. Returns
-   false when it raised. */
-static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top) {
+/* Calls the handle's function in protected mode on L, whose top is `top`,
+   with one argument: the count n of task.every when n > 0, else dt (task.on).
+   A raising callback is reported and removed. Returns false when it raised. */
+static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top,
+                        lua_Number dt, lua_Integer n) {
   lua_State *outer = luna__running;
   int st;
-  /* stack: [top+1] number. The function is referenced on its own, so a
-     call is two pushes and a pcall (the handle's reference only keeps the
-     handle alive while registered). */
-  lua_pushcfunction(L, luna__msgh);   /* top + 2 */
+  /* The function is referenced on its own, so a call is three pushes and a
+     pcall (the handle's reference only keeps the handle alive while
+     registered). */
+  lua_checkstack(L, 8);
+  lua_pushcfunction(L, luna__msgh); /* top + 1 */
   lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
-  lua_pushvalue(L, top + 1);
+  if (n > 0)
+    lua_pushinteger(L, n);
+  else
+    lua_pushnumber(L, dt);
   luna__running = L;
   LUNA__OBSERVE(b, on_call, L, true);
-  st = lua_pcall(L, 1, 0, top + 2);
+  st = lua_pcall(L, 1, 0, top + 1);
   LUNA__OBSERVE(b, on_call, L, false);
   luna__running = outer;
   if (st != LUA_OK) {
@@ -82,10 +88,9 @@ static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top
 static bool callback_step(luna_loop *loop, void *arg) {
   luna__handle *h = (luna__handle *)arg;
   lua_State *L = luna__exec_state(h->b);
-  int top = lua_gettop(L);
-  lua_checkstack(L, 8);
-  lua_pushnumber(L, luna_ns_to_seconds(luna_loop_delta(loop)));
-  call_handle(h->b, h, L, top);
+  /* dt as luna_loop_delta, read in place: this runs once per callback */
+  luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
+  call_handle(h->b, h, L, lua_gettop(L), (lua_Number)dt / 1e9, 0);
   return h->active;
 }
 
@@ -125,9 +130,7 @@ void luna__every_cb(luna_loop *loop, void *arg) {
     deactivate(b, h, false);
     return;
   }
-  lua_checkstack(L, 8);
-  lua_pushinteger(L, (lua_Integer)n);
-  call_handle(b, h, L, top);
+  call_handle(b, h, L, top, 0, (lua_Integer)n);
 }
 
 /* handle:remove(): stops the callback; safe during its own run and at any
