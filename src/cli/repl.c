@@ -73,8 +73,12 @@ static struct repl {
   char *history;         /* history file, or NULL */
   /* The foreground chunk: a Task in the registry, or LUA_NOREF. */
   int fg_ref;
-  uint64_t fg_id;        /* its id (t.id), or 0 */
+  uint64_t fg_id;        /* its id (t.id), or 0; set as soon as it is created */
   uint64_t chunks;       /* chunks run so far */
+  /* A chunk being started (start_task): its task is the first one created,
+     which on_task_created recognizes. */
+  const char *starting;  /* its name while it is not created yet, or NULL */
+  bool starting_bg;      /* it runs in the background */
   luna_trace *trace;
   luna_lua_observer trace_obs; /* the trace's observer, called from ours */
 } R;
@@ -268,28 +272,39 @@ static int l_io_write(lua_State *L) {
   return lua_gettop(L);
 }
 
-/* The error handler of the REPL's state (task.on_error): the foreground
-   chunk's error as the stock `lua` shows it, other tasks' with their name. */
+/* The table of Lua helpers (helpers_lua, below), in the registry. */
+static int helpers_ref = LUA_NOREF;
+
+/* The error handler of the REPL's state (task.on_error): the error of the
+   foreground chunk (the one the prompt waits for, even when it fails before
+   its first await) as the stock `lua` shows it; any other as the default
+   report of the binding, which `lunaloop run` prints: "lunaloop: task
+   <label> failed: <message>" or "lunaloop: callback <source>:<line> failed:
+   <message>" (H.label builds the label). Then the traceback. */
 static int l_on_error(lua_State *L) {
+  lua_settop(L, 3);
   const char *msg = luna_lua_tostring(L, 1);
   const char *tb = lua_tostring(L, 2);
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
   bool foreground = false;
-  if (R.fg_ref != LUA_NOREF) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, R.fg_ref);
-    foreground = lua_rawequal(L, -1, 3);
+  if (!lua_isnil(L, 3) && R.fg_id != 0) {
+    lua_getfield(L, 3, "id");
+    foreground = (uint64_t)lua_tointeger(L, -1) == R.fg_id;
     lua_pop(L, 1);
   }
+  luaL_Buffer b;
   if (!foreground) {
-    if (lua_isnil(L, 3)) {
-      luaL_addstring(&b, "a callback failed: ");
-    } else {
-      luaL_addstring(&b, "task ");
-      luaL_tolstring(L, 3, NULL);
-      luaL_addvalue(&b);
-      luaL_addstring(&b, " failed: ");
-    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, helpers_ref);
+    lua_getfield(L, -1, "label");
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, 3);
+    lua_call(L, 2, 1); /* (a failure here is the handler's: see luna__report) */
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, LUNA_PROGNAME ": ");
+    lua_pushvalue(L, -2); /* the label, under the buffer's slot */
+    luaL_addvalue(&b);
+    luaL_addstring(&b, " failed: ");
+  } else {
+    luaL_buffinit(L, &b);
   }
   luaL_addstring(&b, msg);
   luaL_addchar(&b, '\n');
@@ -332,12 +347,65 @@ static const char helpers_lua[] =
   "  end\n"
   "  return table.concat(out, '\\n')\n"
   "end\n"
+  /* The label of a report as the binding's default report builds it
+     (docs/api.md, Errors): "task " and the task's name, else
+     "<source>:<line>" of its function (or "#<id>"); for a callback (t
+     nil), "callback <source>:<line>". The handler is not given that label,
+     only the error, the traceback and the task: the function is the
+     traceback's bottom frame, which luaL_traceback shows as "function
+     <source:line>", or by the name of a global function ("function
+     'name'", looked up as luaL_traceback finds it: in package.loaded). A
+     to-be-closed variable that raised while its task ended is reported
+     with no traceback before the task settles (it still runs): then the
+     task's function is gone, and an unnamed task is "#<id>". */
+  "local loaded, getinfo = package.loaded, debug.getinfo\n"
+  "local function global_function(name)\n"
+  "  local g = rawget(loaded, '_G')\n"
+  "  local f = type(g) == 'table' and rawget(g, name) or nil\n"
+  "  for i = #name - 1, 2, -1 do\n"
+  "    if type(f) == 'function' then break end\n"
+  "    if name:sub(i, i) == '.' then\n"
+  "      local m = rawget(loaded, name:sub(1, i - 1))\n"
+  "      f = type(m) == 'table' and rawget(m, name:sub(i + 1)) or nil\n"
+  "    end\n"
+  "  end\n"
+  "  return type(f) == 'function' and f or nil\n"
+  "end\n"
+  "local function bottom(tb)\n"
+  "  local last\n"
+  "  for line in tb:gmatch('[^\\n]+') do\n"
+  "    if not line:find('^%s*%(%.%.%.tail calls%.%.%.%)$') then last = line end\n"
+  "  end\n"
+  "  if last == nil then return nil end\n"
+  "  local src, line = last:match(' in function <(.*):(%d+)>$')\n"
+  "  if src then return src, tonumber(line) end\n"
+  "  src = last:match('^%s*(.*):%d+: in main chunk$')\n"
+  "  if src then return src, 0 end\n"
+  "  local f = last:match(\" in function '(.*)'$\")\n"
+  "  f = f and global_function(f)\n"
+  "  if f then\n"
+  "    local i = getinfo(f, 'S')\n"
+  "    return i.short_src, i.linedefined\n"
+  "  end\n"
+  "end\n"
+  "function H.label(tb, t)\n"
+  "  local what = 'task '\n"
+  "  if t ~= nil and tb == nil and t:status() == 'running' then\n"
+  "    what = 'to-be-closed variable of task '\n"
+  "  end\n"
+  "  local name = t ~= nil and t.name\n"
+  "  if type(name) == 'string' then return what .. name end\n"
+  "  local src, line\n"
+  "  if type(tb) == 'string' then src, line = bottom(tb) end\n"
+  "  if t ~= nil then\n"
+  "    return what .. (src and line > 0 and src .. ':' .. line or '#' .. t.id)\n"
+  "  end\n"
+  "  return src and 'callback ' .. src .. ':' .. line or 'callback'\n"
+  "end\n"
   "function H.find(id)\n"
   "  for _, t in ipairs(task.list()) do if t.id == id then return t end end\n"
   "end\n"
   "return H\n";
-
-static int helpers_ref = LUA_NOREF;
 
 /* After the REPL's own call into Lua: what Ctrl-C hit has unwound. */
 static void end_call(void) {
@@ -432,8 +500,26 @@ static void run_frame(luna_ns dt) {
   check_exit();
 }
 
-/* The REPL's observer: which tasks are being resumed (for on_sigint), and
-   the trace's observer when tracing. */
+/* The REPL's observer: the task of a chunk being started, which tasks are
+   being resumed (for on_sigint), and the trace's observer when tracing. */
+
+/* A task was created, before it first runs. The first one while a chunk
+   starts is the chunk's: in the foreground, its id tells l_on_error that a
+   failure before its first await is the chunk's own; in the background,
+   its id line comes now, before anything the chunk prints or reports. */
+static void on_task_created(void *ud, const luna_lua_task_event *ev) {
+  (void)ud;
+  if (R.starting != NULL) {
+    if (R.starting_bg)
+      out_printf(stdout, "[%llu] %s\n", (unsigned long long)ev->id, R.starting);
+    else
+      R.fg_id = ev->id;
+    R.starting = NULL;
+  }
+  if (R.trace_obs.task_created != NULL)
+    R.trace_obs.task_created(R.trace_obs.ud, ev);
+}
+
 static void on_resume_begin(void *ud, const luna_lua_task_event *ev) {
   (void)ud;
   sig_atomic_t depth = resumed_depth;
@@ -572,18 +658,20 @@ static void start_task(const char *code, bool background) {
   char name[NAME_MAX_LEN + 1];
   chunk_name(code, name, sizeof name);
   R.chunks++;
+  R.starting = name; /* on_task_created: its id, or its id line */
+  R.starting_bg = background;
   calling = 1; /* it runs now, until its first await */
   int rc = luna_lua_spawn(L, 0, name);
   end_call();
+  R.starting = NULL;
   if (rc < 0) {
+    R.fg_id = 0;
     out_printf(stderr, LUNA_PROGNAME ": cannot start the chunk: %s\n", luna_strerror(rc));
     lua_pop(L, 1);
     return;
   }
   if (background) {
-    lua_getfield(L, -1, "id");
-    out_printf(stdout, "[%lld] %s\n", (long long)lua_tointeger(L, -1), name);
-    lua_pop(L, 2);
+    lua_pop(L, 1);
     return;
   }
   lua_getfield(L, -1, "id");
@@ -1146,7 +1234,7 @@ int luna__cli_repl(int argc, char **argv, int first) {
   }
   /* The REPL's observer is installed for good; it calls the trace's. */
   {
-    luna_lua_observer obs = {NULL, on_resume_begin, on_resume_end, NULL};
+    luna_lua_observer obs = {on_task_created, on_resume_begin, on_resume_end, NULL};
     if (luna_lua_set_observer(R.L, &obs) < 0) {
       fprintf(stderr, LUNA_PROGNAME ": cannot observe the Lua state\n");
       status = LUNA_EXIT_ERROR;

@@ -525,7 +525,8 @@ def case_an_interrupted_callback_is_reported_once():
         s.type("\x03")
         text = s.wait_for(re.compile(r"stopped after 1 of 3 frames\npaused at frame \d+\n>").search)
         out = text.split(":step 3\n", 1)[1]
-        check(re.match(r"\^C\^C\na callback failed: interrupted\nstack traceback:\n(\s+.*\n)+"
+        check(re.match(r"\^C\^C\nlunaloop: callback stdin:1 failed: interrupted\nstack traceback:\n"
+                       r"        stdin:1: in function <stdin:1>\n"
                        r"stopped after 1 of 3 frames\n", out) is not None,
               "one report, on its own line", s)
         check("error handler failed" not in text, "the error handler ran", s)
@@ -576,6 +577,89 @@ def case_bg_without_code_starts_nothing():
         check(re.search(r"^\[\d+\]", s.screen.text(), re.M) is None, "no background task was started", s)
     finally:
         s.close()
+
+
+# The start of a traceback as the screen shows it (a tab is 8 columns).
+TB = "stack traceback:\n        [C]: in function 'error'\n"
+
+
+def case_error_reports_name_the_task_or_callback():
+    """A new user's report: the REPL's error reports did not follow the
+    default report of docs/api.md, which `lunaloop run` prints. A background
+    task's failure read "task Task(bgtask, failed) failed: ..." (no
+    "lunaloop:" prefix, and the task's tostring instead of its name), a
+    callback's "a callback failed: ..." (no source or line), and a chunk
+    that failed before its first await was reported as a background task
+    ("task Task(error('boom'), failed) failed: ...") instead of as the stock
+    `lua` shows the error of what was typed. They read as `lunaloop run`
+    prints them now: the task's name, or "<source>:<line>" of its function
+    or of the callback."""
+    s = start()
+    try:
+        enter(s, "t = task.spawn(function() task.delay(0.2) error('late') end) t.name = 'bgtask'")
+        s.wait_for(lambda t: t.endswith(
+            "t.name = 'bgtask'\nlunaloop: task bgtask failed: stdin:1: late\n" + TB +
+            "        stdin:1: in function <stdin:1>\n>"), what="the named task's report")
+        enter(s, "error('boom')")
+        s.wait_for(lambda t: t.endswith(
+            "\n> error('boom')\nstdin:1: boom\n" + TB + "        stdin:1: in main chunk\n>"),
+            what="the chunk's error, as the stock lua shows it")
+        enter(s, "task.delay(0.1) error('late chunk')")
+        s.wait_for(lambda t: t.endswith(
+            "\n> task.delay(0.1) error('late chunk')\nstdin:1: late chunk\n" + TB +
+            "        stdin:1: in main chunk\n>"), what="the same after an await")
+        enter(s, "u = task.spawn(function() task.delay(0.1) error('anon') end) u = nil")
+        s.wait_for(lambda t: t.endswith(
+            "u = nil\nlunaloop: task stdin:1 failed: stdin:1: anon\n" + TB +
+            "        stdin:1: in function <stdin:1>\n>"), what="an unnamed task by its function")
+        enter(s, "h = task.on(function() error('x') end)")
+        s.wait_for(lambda t: t.endswith(
+            "\n> h = task.on(function() error('x') end)\nlunaloop: callback stdin:1 failed: stdin:1: x\n" +
+            TB + "        stdin:1: in function <stdin:1>\n>"), what="the callback's report")
+        # A global function: the traceback names it, the report says where
+        # it was defined (line 1), as the default report does.
+        enter(s, "function cb()")
+        wait_prompt(s, ">>")
+        enter(s, "  error('y') end h = task.on(cb)")
+        s.wait_for(lambda t: t.endswith(
+            "\n>>   error('y') end h = task.on(cb)\nlunaloop: callback stdin:1 failed: stdin:2: y\n" +
+            TB + "        stdin:2: in function 'cb'\n>"), what="the named callback's report")
+        # A background chunk is a task named after its first characters.
+        enter(s, "task.delay(0.1) error('bg') &")
+        s.wait_for(re.compile(r"\n> task\.delay\(0\.1\) error\('bg'\) &\n\[\d+\] task\.delay\(0\.1\) error\.\.\.\n"
+                              r"lunaloop: task task\.delay\(0\.1\) error\.\.\. failed: stdin:1: bg\n"
+                              + re.escape(TB) + r"        stdin:1: in main chunk\n>$").search,
+                   what="the background chunk's report")
+        enter(s, "task.stats().errors")
+        s.wait_for("\n> task.stats().errors\n7\n>")
+    finally:
+        s.close()
+
+
+def case_load_in_the_background_says_its_id_first():
+    """`:load FILE &` of a file that fails before its first await printed
+    the failure above the "[N] FILE" line that announces the task. The id
+    line comes first now, as for any background chunk, then what the task
+    printed, then its report. `...` is empty and `arg` unset in a loaded
+    file (docs/repl.md)."""
+    with tempfile.TemporaryDirectory() as d:
+        os.chdir(d)  # a short path: the task is named after it
+        with open("bad.lua", "w") as f:
+            f.write("print('args', select('#', ...), arg)\nerror('at load')\n")
+        s = start()
+        try:
+            enter(s, ":load bad.lua &")
+            s.wait_for(re.compile(r"\n> :load bad\.lua &\n\[\d+\] bad\.lua\nargs    0       nil\n"
+                                  r"lunaloop: task bad\.lua failed: bad\.lua:2: at load\n" + re.escape(TB) +
+                                  r"        bad\.lua:2: in main chunk\n>$").search,
+                       what="the id line, the output, the report")
+            # In the foreground, the error shows as a chunk's does.
+            enter(s, ":load bad.lua")
+            s.wait_for(lambda t: t.endswith(
+                "\n> :load bad.lua\nargs    0       nil\nbad.lua:2: at load\n" + TB +
+                "        bad.lua:2: in main chunk\n>"), what="the foreground load's error")
+        finally:
+            s.close()
 
 
 def case_utf8_keys():
