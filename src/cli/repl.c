@@ -627,9 +627,11 @@ static void finish_chunk(void) {
       out_printf(stderr, "%s\n", luna_lua_tostring(L, -1));
   } else if (strcmp(status, "cancelled") == 0) {
     /* A chunk that never awaited was interrupted (so cancelled) by a
-       Ctrl-C: that Ctrl-C is spent. */
+       Ctrl-C: that Ctrl-C is spent. A chunk that called task.exit was
+       cancelled by it: the REPL ends, with nothing to say. */
     got_sigint = 0;
-    out_printf(stdout, "cancelled\n");
+    if (!luna_lua_exit_requested(L, NULL))
+      out_printf(stdout, "cancelled\n");
   }
   lua_settop(L, top);
   forget_foreground();

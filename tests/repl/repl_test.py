@@ -636,6 +636,21 @@ def case_error_reports_name_the_task_or_callback():
         s.close()
 
 
+def case_task_exit_does_not_say_cancelled():
+    """`task.exit(7)` typed at the prompt exited 7, but first printed
+    "cancelled" for the chunk that called it (task.exit cancels its caller).
+    The REPL now ends without a word, before an await and after one."""
+    for line, code in (("task.exit(7)", 7), ("task.delay(0.1) task.exit(3)", 3)):
+        s = start()
+        try:
+            enter(s, line)
+            status = s.wait_exit()
+            check(status == code, "exit status %r, not %d" % (status, code), s)
+            check(s.screen.text().endswith("\n> " + line), "nothing printed after the line", s)
+        finally:
+            s.close()
+
+
 def case_load_in_the_background_says_its_id_first():
     """`:load FILE &` of a file that fails before its first await printed
     the failure above the "[N] FILE" line that announces the task. The id
