@@ -269,6 +269,7 @@ static int binding_gc(lua_State *L) {
   }
   luna__ring_free(b, &b->ready);
   luna__ring_free(b, &b->cancels);
+  luna__anchors_free(b);
   return 0;
 }
 
@@ -297,8 +298,12 @@ static int cancel_tostring(lua_State *L) {
 static int create_binding(lua_State *L, luna_loop *loop, bool owns) {
   luna__binding *b;
   int rc;
-  b = (luna__binding *)lua_newuserdatauv(L, sizeof *b, 0);
+  b = (luna__binding *)lua_newuserdatauv(L, sizeof *b, 1);
   memset(b, 0, sizeof *b);
+  b->anchor_L = lua_newthread(L);
+  lua_newtable(L);
+  lua_xmove(L, b->anchor_L, 1); /* [1] the anchor table (task.c) */
+  lua_setiuservalue(L, -2, 1);
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   b->L = lua_tothread(L, -1);
   lua_pop(L, 1);

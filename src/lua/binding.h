@@ -1,13 +1,12 @@
 /*
 ** binding.h: the Lua binding's private state, shared by the files of src/lua.
 **
-** References that keep tasks and handles alive are plain luaL_ref entries
-** of the registry (one lookup to push them back).
-**
-** A task is a full userdata (luna__task) whose one user value is its
-** coroutine; its name, rarely set, lives in a weak-keyed side table. While a task is
-** not settled, the binding holds it in a reference table, so the garbage
-** collector never frees a task that something may still wake.
+** Handles (task.on, task.every) are kept alive by plain luaL_ref entries of
+** the registry. A task is a full userdata (luna__task) whose one user value
+** is its coroutine; its name, rarely set, lives in a weak-keyed side table.
+** While a task is not settled, the binding holds it in its anchor table
+** (task.c), so the garbage collector never frees a task that something may
+** still wake.
 **
 ** Invariants that everything here relies on:
 ** - A task waits on at most one thing at a time (t->wait). Disarming a wait
@@ -109,7 +108,8 @@ struct luna__task {
                            most tasks are never awaited, so one pointer here */
   luna__task *prev, *next; /* live tasks, creation order */
   uint64_t id;        /* creation number, from 1 */
-  int ref;            /* in the registry (luaL_ref) while not settled */
+  int ref;            /* its slot in the anchor table (task.c) while
+                         anchored; LUA_NOREF once released */
   uint32_t created_frame; /* frame count at creation, modulo 2^32 */
 };
 
@@ -177,6 +177,13 @@ struct luna__binding {
   int depth;             /* nested resumes */
   bool pumping;
   luna__ring ready;       /* tasks woken and not yet resumed */
+  struct {
+    int *a;
+    size_t count, cap;    /* cap >= nslots: releasing never allocates */
+  } free_slots;           /* free slots of the anchor table (task.c) */
+  int nslots;             /* slots of the anchor table made so far */
+  lua_State *anchor_L;    /* [1] the anchor table, [2] the Task metatable;
+                             user value 1 of the binding's userdata */
   /* live tasks in creation order */
   luna__task *first, *last;
   size_t ntasks;
@@ -289,7 +296,10 @@ int luna__push_name(lua_State *L, int idx);
 void luna__set_name(lua_State *L, int idx);
 /* A queued continuation of t was dropped by the core (reset): forget it. */
 void luna__drop_continuation(luna__task *t);
-/* Pushes the task's userdata (it must be live or on a stack). */
+/* Frees the anchor table's free-slot array (the binding is closing). */
+void luna__anchors_free(luna__binding *b);
+/* Pushes the task's userdata while it is anchored (not settled, or still
+   held by a continuation); nil once released. */
 void luna__push_task(lua_State *L, luna__task *t);
 /* Pushes the results of a settled task: true + values when done, or false +
    error. Returns the count pushed. */

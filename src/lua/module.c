@@ -307,6 +307,10 @@ int luna__open_module(lua_State *L, luna__binding *b) {
     return 1;
   lua_pop(L, 1);
   luna__open_task(L);
+  /* The Task metatable at index 2 of the anchor thread, for luna__new_task */
+  lua_settop(b->anchor_L, 1);
+  luaL_getmetatable(L, LUNA__TASK_MT);
+  lua_xmove(L, b->anchor_L, 1);
   lua_newtable(L);
   lua_pushlightuserdata(L, b);
   luaL_setfuncs(L, module_funcs, 1);
