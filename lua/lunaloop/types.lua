@@ -254,9 +254,11 @@ function task.scope(fn, ...) end
 ---@return lunaloop.Channel
 function task.channel(capacity) end
 
----Installs fn(err, traceback, task?) as the error handler; returns the previous one.
----@param fn fun(err: any, traceback: string?, task: lunaloop.Task?)|nil
----@return fun(err: any, traceback: string?, task: lunaloop.Task?)|nil previous
+---Installs fn(err, traceback, task?, what) as the error handler; returns the
+---previous one. `what` is the default report's subject ("task worker",
+---"callback main.lua:30", ...).
+---@param fn fun(err: any, traceback: string?, task: lunaloop.Task?, what: string)|nil
+---@return fun(err: any, traceback: string?, task: lunaloop.Task?, what: string)|nil previous
 function task.on_error(fn) end
 
 ---@param err any

@@ -140,8 +140,9 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
       lua_pushvalue(L, task_idx);
     else
       lua_pushnil(L);
+    lua_pushstring(L, what); /* the default report's subject */
     LUNA__OBSERVE(b, on_call, L, true);
-    st = lua_pcall(L, 3, 0, 0);
+    st = lua_pcall(L, 4, 0, 0);
     LUNA__OBSERVE(b, on_call, L, false);
     /* A cancellation raised by the handler (task.exit there, or it
        cancelled the task it runs in) is no failure of the handler: it saw

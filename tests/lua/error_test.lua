@@ -157,6 +157,25 @@ H.case("on_error_returns_previous_and_nil_restores_default", function()
   H.eq(task.on_error(nil), nil)
 end)
 
+H.case("the_handler_gets_the_default_reports_subject", function()
+  -- docs/api.md task.on_error: `what` is the text between "lunaloop: " and
+  -- " failed:" of the default report.
+  local reports, restore = H.capture_errors()
+  local named = task.spawn(function() task.yield(); error("a", 0) end)
+  named.name = "worker"
+  local line = debug.getinfo(1, "l").currentline + 1
+  task.spawn(function() task.yield(); error("b", 0) end)
+  local cb_line = debug.getinfo(1, "l").currentline + 1
+  local h = task.on("Update", function() error("c", 0) end)
+  H.frames(1)
+  restore()
+  h:remove()
+  H.eq(#reports, 3)
+  H.eq({reports[1].err, reports[1].what}, {"a", "task worker"})
+  H.eq({reports[2].err, reports[2].what}, {"b", "task " .. SRC .. ":" .. line})
+  H.eq({reports[3].err, reports[3].what, reports[3].task}, {"c", "callback " .. SRC .. ":" .. cb_line, nil})
+end)
+
 H.case("a_failing_error_handler_does_not_break_the_loop", function()
   task.on_error(function() error("handler broke") end)
   local before = testhost.error_count()

@@ -84,12 +84,12 @@ function H.log(with_timing)
 end
 
 -- H.capture_errors(): installs an error handler that records reports;
--- returns the list ({err=, tb=, task=}, ...) and a function restoring the
--- previous handler.
+-- returns the list ({err=, tb=, task=, what=, frame=}, ...) and a function
+-- restoring the previous handler.
 function H.capture_errors()
   local reports = {}
-  local prev = task.on_error(function(err, tb, t)
-    reports[#reports + 1] = {err = err, tb = tb, task = t, frame = task.frame()}
+  local prev = task.on_error(function(err, tb, t, what)
+    reports[#reports + 1] = {err = err, tb = tb, task = t, what = what, frame = task.frame()}
   end)
   return reports, function() task.on_error(prev) end
 end
