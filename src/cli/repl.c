@@ -278,11 +278,11 @@ static int helpers_ref = LUA_NOREF;
 /* The error handler of the REPL's state (task.on_error): the error of the
    foreground chunk (the one the prompt waits for, even when it fails before
    its first await) as the stock `lua` shows it; any other as the default
-   report of the binding, which `lunaloop run` prints: "lunaloop: task
-   <label> failed: <message>" or "lunaloop: callback <source>:<line> failed:
-   <message>" (H.label builds the label). Then the traceback. */
+   report of the binding, which `lunaloop run` prints: "lunaloop: <what>
+   failed: <message>", where `what` (argument 4) is the default report's
+   subject ("task worker", "callback stdin:1", ...). Then the traceback. */
 static int l_on_error(lua_State *L) {
-  lua_settop(L, 3);
+  lua_settop(L, 4);
   const char *msg = luna_lua_tostring(L, 1);
   const char *tb = lua_tostring(L, 2);
   bool foreground = false;
@@ -293,15 +293,9 @@ static int l_on_error(lua_State *L) {
   }
   luaL_Buffer b;
   if (!foreground) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, helpers_ref);
-    lua_getfield(L, -1, "label");
-    lua_pushvalue(L, 2);
-    lua_pushvalue(L, 3);
-    lua_call(L, 2, 1); /* (a failure here is the handler's: see luna__report) */
     luaL_buffinit(L, &b);
     luaL_addstring(&b, LUNA_PROGNAME ": ");
-    lua_pushvalue(L, -2); /* the label, under the buffer's slot */
-    luaL_addvalue(&b);
+    luaL_addstring(&b, lua_isstring(L, 4) ? lua_tostring(L, 4) : "task");
     luaL_addstring(&b, " failed: ");
   } else {
     luaL_buffinit(L, &b);
@@ -346,61 +340,6 @@ static const char helpers_lua[] =
   "      i.id, name_of(t, i), i.status, i.wait or '-', i.timing or '-', due, i.age)\n"
   "  end\n"
   "  return table.concat(out, '\\n')\n"
-  "end\n"
-  /* The label of a report as the binding's default report builds it
-     (docs/api.md, Errors): "task " and the task's name, else
-     "<source>:<line>" of its function (or "#<id>"); for a callback (t
-     nil), "callback <source>:<line>". The handler is not given that label,
-     only the error, the traceback and the task: the function is the
-     traceback's bottom frame, which luaL_traceback shows as "function
-     <source:line>", or by the name of a global function ("function
-     'name'", looked up as luaL_traceback finds it: in package.loaded). A
-     to-be-closed variable that raised while its task ended is reported
-     with no traceback before the task settles (it still runs): then the
-     task's function is gone, and an unnamed task is "#<id>". */
-  "local loaded, getinfo = package.loaded, debug.getinfo\n"
-  "local function global_function(name)\n"
-  "  local g = rawget(loaded, '_G')\n"
-  "  local f = type(g) == 'table' and rawget(g, name) or nil\n"
-  "  for i = #name - 1, 2, -1 do\n"
-  "    if type(f) == 'function' then break end\n"
-  "    if name:sub(i, i) == '.' then\n"
-  "      local m = rawget(loaded, name:sub(1, i - 1))\n"
-  "      f = type(m) == 'table' and rawget(m, name:sub(i + 1)) or nil\n"
-  "    end\n"
-  "  end\n"
-  "  return type(f) == 'function' and f or nil\n"
-  "end\n"
-  "local function bottom(tb)\n"
-  "  local last\n"
-  "  for line in tb:gmatch('[^\\n]+') do\n"
-  "    if not line:find('^%s*%(%.%.%.tail calls%.%.%.%)$') then last = line end\n"
-  "  end\n"
-  "  if last == nil then return nil end\n"
-  "  local src, line = last:match(' in function <(.*):(%d+)>$')\n"
-  "  if src then return src, tonumber(line) end\n"
-  "  src = last:match('^%s*(.*):%d+: in main chunk$')\n"
-  "  if src then return src, 0 end\n"
-  "  local f = last:match(\" in function '(.*)'$\")\n"
-  "  f = f and global_function(f)\n"
-  "  if f then\n"
-  "    local i = getinfo(f, 'S')\n"
-  "    return i.short_src, i.linedefined\n"
-  "  end\n"
-  "end\n"
-  "function H.label(tb, t)\n"
-  "  local what = 'task '\n"
-  "  if t ~= nil and tb == nil and t:status() == 'running' then\n"
-  "    what = 'to-be-closed variable of task '\n"
-  "  end\n"
-  "  local name = t ~= nil and t.name\n"
-  "  if type(name) == 'string' then return what .. name end\n"
-  "  local src, line\n"
-  "  if type(tb) == 'string' then src, line = bottom(tb) end\n"
-  "  if t ~= nil then\n"
-  "    return what .. (src and line > 0 and src .. ':' .. line or '#' .. t.id)\n"
-  "  end\n"
-  "  return src and 'callback ' .. src .. ':' .. line or 'callback'\n"
   "end\n"
   "function H.find(id)\n"
   "  for _, t in ipairs(task.list()) do if t.id == id then return t end end\n"
