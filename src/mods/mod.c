@@ -148,27 +148,29 @@ bool luna__mod_pcall(luna__mod *m, lua_CFunction f, void *ud, bool budget) {
 
 static const char mod_handler_key = 'h';
 
-/* The binding's error handler in every mod state: fn(err, traceback, task).
-   It counts a failure from "not enough memory" as a memory overrun, then
-   calls the handler the mod installed with task.on_error, or reports
-   through the set, naming the mod. */
+/* The binding's error handler in every mod state: fn(err, traceback, task,
+   what). It counts a failure from "not enough memory" as a memory overrun,
+   then calls the handler the mod installed with task.on_error, or reports
+   through the set, naming the mod: "<mod>: <what> failed: <message>". */
 static int report_error(lua_State *L) {
   luna__mod *m = luna__mod_of(L);
   const char *msg;
   const char *tb = lua_tostring(L, 2);
-  const char *what = lua_isnoneornil(L, 3) ? "callback" : "task";
-  lua_settop(L, 3);
+  const char *what;
+  lua_settop(L, 4);
+  what = lua_isstring(L, 4) ? lua_tostring(L, 4) : lua_isnil(L, 3) ? "callback" : "task";
   if (lua_type(L, 1) == LUA_TSTRING && strcmp(lua_tostring(L, 1), "not enough memory") == 0)
     luna__mod_overrun(m, true);
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &mod_handler_key) == LUA_TFUNCTION) {
     lua_pushvalue(L, 1);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
-    if (lua_pcall(L, 3, 0, 0) == LUA_OK)
+    lua_pushvalue(L, 4);
+    if (lua_pcall(L, 4, 0, 0) == LUA_OK)
       return 0;
     luna__mods_report(m->set, m->man.name, "its task.on_error handler failed: %s",
                       luna_lua_tostring(L, -1));
-    lua_settop(L, 3);
+    lua_settop(L, 4);
   }
   msg = luna_lua_tostring(L, 1);
   if (tb != NULL)

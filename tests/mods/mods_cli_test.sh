@@ -40,9 +40,9 @@ case_examples() {
   expect_out '^\[hud\] wave 3: 4 enemies$'
   expect_out '^\[core\] game over, final score 200$'
   expect_out '^\[hud\] core says core\.over: score 200 \(hud showed 200\)$'
-  expect_err "^lunaloop: mod 'spinner': task failed: spinner/mod\.lua:[0-9]+: instruction budget exceeded \(2000000 instructions\)$"
+  expect_err "^lunaloop: mod 'spinner': task spinner/mod\.lua:5 failed: spinner/mod\.lua:10: instruction budget exceeded \(2000000 instructions\)$"
   expect_err "^lunaloop: mod 'spinner': disabled after 3 overruns"
-  expect_err "^lunaloop: mod 'hog': task failed: not enough memory$"
+  expect_err "^lunaloop: mod 'hog': task #2 failed: not enough memory$"
   expect_err "^lunaloop: mod 'hog': disabled after 3 overruns"
   expect_err '^  core 1\.0\.0: loaded, 0 errors'
   expect_err '^  hud 0\.3\.0: loaded, 0 errors'
@@ -86,8 +86,8 @@ case_shutdown_errors() {
     '  task.delay(1000)' 'end)' >"$TMP/m/mod.lua"
   ll mods --fast --frames 2 --budget 100000 --memory 1m "$TMP"
   expect_status 1
-  expect_err "^lunaloop: mod 'b': task failed: b/mod\.lua:2: instruction budget exceeded"
-  expect_err "^lunaloop: mod 'm': task failed: not enough memory$"
+  expect_err "^lunaloop: mod 'b': to-be-closed variable of task b/mod\.lua:1 failed: b/mod\.lua:2: instruction budget exceeded"
+  expect_err "^lunaloop: mod 'm': to-be-closed variable of task m/mod\.lua:1 failed: not enough memory$"
   expect_err '^  b 0: loaded, 1 error,'
   expect_err '^  m 0: loaded, 1 error,'
   grep -q '^lunaloop: mods:$' <<<"$(tail -n 3 "$ERR" | head -n 1)" ||

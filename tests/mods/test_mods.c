@@ -116,7 +116,7 @@ static void mod_lua_errors_are_reported(void **state) {
   fx_write(f, "raises/mod.lua", "task.on(function() end)\nerror('boom')");
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), LUNA_EINVAL);
   assert_has(f->rep, "bad: failed to load: bad/mod.lua:1:");
-  assert_has(f->rep, "raises: task failed: raises/mod.lua:2: boom");
+  assert_has(f->rep, "raises: task main failed: raises/mod.lua:2: boom");
   assert_int_equal(fx_info(f, "bad").state, LUNA_MOD_FAILED);
   assert_int_equal(fx_info(f, "raises").state, LUNA_MOD_LOADED);
   assert_int_equal(luna_mods_error_count(f->set), 2);
@@ -138,7 +138,7 @@ static void budget_stops_endless_loop_in_main_task(void **state) {
   fx_write(f, "other/mod.lua", ticker);
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   assert_has(f->out, "[loop] before");
-  assert_has(f->rep, "loop: task failed: loop/mod.lua:1: instruction budget exceeded (100000 "
+  assert_has(f->rep, "loop: task main failed: loop/mod.lua:1: instruction budget exceeded (100000 "
                      "instructions)");
   fx_frames(f, 3);
   assert_int_equal(fx_global(f, "other", "ticks"), 3);
@@ -172,7 +172,7 @@ static void case_c19_budget_stops_loop_in_plain_coroutine(void **state) {
   fx_write(f, "other/mod.lua", ticker);
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   fx_frames(f, 1); /* completes: luna_loop_frame returned 0 */
-  assert_has(f->rep, "c19: task failed: c19/mod.lua:");
+  assert_has(f->rep, "c19: task c19/mod.lua:2 failed: c19/mod.lua:");
   assert_has(f->rep, "instruction budget exceeded (100000 instructions)");
   /* One iteration is at least 4 instructions: stopped within the budget. */
   assert_true(fx_global(f, "c19", "iters") > 0);
@@ -247,7 +247,7 @@ static void budget_stops_loop_in_per_tick_callback(void **state) {
            "task.every(1/60, function() n = n + 1 end)\n");
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   fx_frames(f, 3);
-  assert_has(f->rep, "cb: callback failed: cb/mod.lua:3: instruction budget exceeded");
+  assert_has(f->rep, "cb: callback cb/mod.lua:3 failed: cb/mod.lua:3: instruction budget exceeded");
   assert_int_equal(fx_info(f, "cb").callbacks, 2);
   assert_int_equal(fx_global(f, "cb", "n"), 6);
   assert_int_equal(fx_info(f, "cb").budget_overruns, 1);
@@ -268,7 +268,7 @@ static void budget_stops_loop_in_error_handler(void **state) {
   assert_int_equal(fx_info(f, "h").errors, 1);
   assert_has(f->rep, "h: its task.on_error handler failed: h/mod.lua:1: instruction budget "
                      "exceeded");
-  assert_has(f->rep, "h: task failed: h/mod.lua:2: first");
+  assert_has(f->rep, "h: task h/mod.lua:2 failed: h/mod.lua:2: first");
   fx_free(f);
 }
 
@@ -287,9 +287,9 @@ static void error_handler_shares_the_budget_of_the_reporting_run(void **state) {
            "end)\n");
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   fx_frames(f, 2);
-  assert_has(f->rep, "h: task failed: h/mod.lua:3: child");
+  assert_has(f->rep, "h: task h/mod.lua:3 failed: h/mod.lua:3: child");
   assert_lacks(f->out, "spawner goes on");
-  assert_has(f->rep, "h: task failed: h/mod.lua:1: instruction budget exceeded");
+  assert_has(f->rep, "h: task h/mod.lua:2 failed: h/mod.lua:1: instruction budget exceeded");
   /* The spawner's failure is reported between runs: the handler is called
      again, as a run of its own, and overruns its own fresh budget. */
   assert_int_equal(fx_info(f, "h").budget_overruns, 2);
@@ -347,7 +347,7 @@ static void memory_cap_refuses_and_host_continues(void **state) {
   fx_write(f, "good/mod.lua", ticker);
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   assert_has(f->out, "[hog] false\tnot enough memory");
-  assert_has(f->rep, "hog: task failed: not enough memory");
+  assert_has(f->rep, "hog: task #2 failed: not enough memory");
   assert_true(fx_info(f, "hog").memory_peak <= c.memory_limit + c.memory_limit / 8);
   fx_frames(f, 3);
   assert_int_equal(fx_info(f, "hog").state, LUNA_MOD_DISABLED);
@@ -463,8 +463,8 @@ static void unload_all_counts_errors_of_the_cancellation(void **state) {
   assert_int_equal(luna_mods_error_count(f->set), 0);
   assert_int_equal(luna_mods_unload_all(f->set), 0);
   assert_has(f->rep, "close fails");
-  assert_has(f->rep, "b: task failed: b/mod.lua:2: instruction budget exceeded");
-  assert_has(f->rep, "c: task failed: not enough memory");
+  assert_has(f->rep, "b: to-be-closed variable of task b/mod.lua:1 failed: b/mod.lua:2: instruction budget exceeded");
+  assert_has(f->rep, "c: to-be-closed variable of task c/mod.lua:1 failed: not enough memory");
   assert_lacks(f->out, "never");
   assert_int_equal(fx_info(f, "a").errors, 1);
   assert_int_equal(fx_info(f, "b").errors, 1);
@@ -601,8 +601,8 @@ static void bus_order_errors_and_host_posts(void **state) {
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   fx_frames(f, 1);
   assert_string_equal(f->out, "[b] n\t1\ta\n[b] n\t2\ta\n");
-  assert_has(f->rep, "a: callback failed: a/mod.lua:2: bad 1");
-  assert_has(f->rep, "a: callback failed: a/mod.lua:2: bad 3");
+  assert_has(f->rep, "a: subscriber of 'n' failed: a/mod.lua:2: bad 1");
+  assert_has(f->rep, "a: subscriber of 'n' failed: a/mod.lua:2: bad 3");
   luaL_dostring(H, "return {k = 'v'}");
   assert_int_equal(luna_mods_send(f->set, "host", H, -1), 0);
   luaL_dostring(H, "return {f = print}");
