@@ -127,9 +127,12 @@ LUNA_API int luna_lua_set_observer(lua_State *L, const luna_lua_observer *observ
 LUNA_API uint64_t luna_lua_resume_counts(lua_State *L, uint64_t out[LUNA_TIMING_COUNT + 1]);
 
 /* Async-signal-safe: makes the task, callback or predicate that the binding
-   is running now (in any state of this process) raise "interrupted" at its
-   next instruction, so a runaway script can be stopped from a SIGINT handler.
-   Does nothing when the binding runs no Lua code. */
+   is running now on the calling thread (in any state) raise "interrupted"
+   at its next instruction, so a runaway script can be stopped from a SIGINT
+   handler. Does nothing when the binding runs no Lua code on that thread.
+   A signal handler runs on the thread the signal was delivered to: a host
+   that drives its loop on another thread directs SIGINT there
+   (pthread_sigmask in the other threads, or pthread_kill). */
 LUNA_API void luna_lua_interrupt(void);
 
 /* Ends an interrupt: until this is called, the interrupted code keeps

@@ -18,8 +18,8 @@ static const char cancel_key = 'c';
 static const char handler_key = 'h';
 static const char traceback_key = 't';
 
-lua_State *volatile luna__running = NULL;
-_Thread_local luna__task *luna__running_task = NULL;
+_Thread_local lua_State *volatile luna__running LUNA__TLS_MODEL = NULL;
+_Thread_local luna__task *luna__running_task LUNA__TLS_MODEL = NULL;
 
 /* ---- accessors ------------------------------------------------------------ */
 

@@ -41,6 +41,15 @@
 #define LUNA__NOINLINE
 #endif
 
+/* Thread-local storage that a signal handler may read: the initial-exec
+   model never allocates on first access (the general model may, when the
+   library is loaded with dlopen, as the Lua module is). */
+#if defined(__GNUC__) || defined(__clang__)
+#define LUNA__TLS_MODEL __attribute__((tls_model("initial-exec")))
+#else
+#define LUNA__TLS_MODEL
+#endif
+
 #define LUNA__TASK_MT "lunaloop.Task"
 #define LUNA__HANDLE_MT "lunaloop.Handle"
 #define LUNA__CANCEL_MT "lunaloop.Cancelled"
@@ -221,7 +230,7 @@ static inline luna__binding *luna__upvalue_binding(lua_State *L) {
    by luna__resume around lua_resume next to b->current; the awaits read it
    to find their task without a lookup (luna__fast_await). Thread-local, so
    states driven on different threads never see each other's task. */
-extern _Thread_local luna__task *luna__running_task;
+extern _Thread_local luna__task *luna__running_task LUNA__TLS_MODEL;
 
 /* The task calling an await when everything luna__check_await_in verifies
    holds: L is the task being resumed, it may suspend here, no cancellation
@@ -261,8 +270,10 @@ void luna__push_last_traceback(lua_State *L);
 /* Removes the interrupt hook from a thread about to run its to-be-closed
    handlers, so cleanup runs even while an interrupt is pending. */
 void luna__drop_interrupt_hook(lua_State *co);
-/* The running thread, for luna_lua_interrupt (signal-safe read). */
-extern lua_State *volatile luna__running;
+/* The Lua thread this OS thread is running (a task's coroutine, or the
+   thread a callback runs on), for luna_lua_interrupt: a signal-safe read.
+   Per OS thread, so loops driven by different threads never race on it. */
+extern _Thread_local lua_State *volatile luna__running LUNA__TLS_MODEL;
 
 /* ---- task.c ------------------------------------------------------------- */
 luna__task *luna__check_task(lua_State *L, int idx);
