@@ -177,39 +177,42 @@ enum { LUNA__OBSERVER_BUDGET = 0, LUNA__OBSERVER_PUBLIC = 1, LUNA__OBSERVERS = 2
   } while (0)
 
 struct luna__binding {
-  lua_State *L;          /* the main thread of the state */
+  /* Read or written on every resume: together, first. */
   lua_State *exec_L;     /* thread that calls callbacks at depth 0 */
   luna_loop *loop;       /* NULL once the loop was freed */
-  bool owns_loop;
-  bool closing;
   luna__task *current;   /* innermost task being resumed */
   int depth;             /* nested resumes */
   bool pumping;
-  luna__ring ready;       /* tasks woken and not yet resumed */
-  struct {
-    int *a;
-    size_t count, cap;    /* cap >= nslots: releasing never allocates */
-  } free_slots;           /* free slots of the anchor table (task.c) */
-  int nslots;             /* slots of the anchor table made so far */
-  lua_State *anchor_L;    /* [1] the anchor table, [2] the Task metatable;
-                             user value 1 of the binding's userdata */
+  bool observed;         /* some slot of observers[] is installed */
+  luna__ring ready;      /* tasks woken and not yet resumed */
+  /* resumes per timing in the current frame (introspection) */
+  uint64_t stats_frame;
+  uint32_t resumes[LUNA_TIMING_COUNT + 1]; /* [LUNA_TIMING_COUNT]: outside any run */
+
+  lua_State *L;          /* the main thread of the state */
+  bool owns_loop;
+  bool closing;
   /* live tasks in creation order */
   luna__task *first, *last;
   size_t ntasks;
   uint64_t next_id;
+  /* what keeps unsettled tasks alive (task.c) */
+  lua_State *anchor_L;   /* [1] the anchor table, [2] the Task metatable;
+                            user value 1 of the binding's userdata */
+  struct {
+    int *a;
+    size_t count, cap;   /* cap >= nslots: releasing never allocates */
+  } free_slots;          /* free slots of the anchor table */
+  int nslots;            /* slots of the anchor table made so far */
   /* registered task.on handles */
   luna__handle *handles;
   size_t nhandles;
-  bool cancelling;        /* a cancellation is unwinding */
-  luna__ring cancels;     /* cancellations requested meanwhile */
+  bool cancelling;       /* a cancellation is unwinding */
+  luna__ring cancels;    /* cancellations requested meanwhile */
   uint64_t spread_seq;   /* task.every{spread=true} registrations so far */
   luna__observer observers[LUNA__OBSERVERS];
-  bool observed;         /* some slot of observers[] is installed */
   bool creation_traceback; /* task.debug{creation_traceback}: keep a traceback
                               of every task's spawn (luna__note_creation) */
-  /* resumes per timing in the current frame (introspection) */
-  uint64_t stats_frame;
-  uint32_t resumes[LUNA_TIMING_COUNT + 1]; /* [LUNA_TIMING_COUNT]: outside any run */
   /* reporting and exit */
   uint64_t errors;
   bool exit_requested;
