@@ -107,6 +107,7 @@ struct luna__task {
       int64_t deadline; /* ns, or a frame number (introspection) */
     } timer;            /* LUNA__W_TIMER */
     luna_item_id item;  /* LUNA__W_PREDICATE */
+    luna__task *next_ready; /* READY, queued behind a full ready ring */
     struct {
       luna__task *target;       /* the task awaited */
       luna__task *prev, *next;  /* among target's awaiters (a ring) */
@@ -185,6 +186,8 @@ struct luna__binding {
   bool pumping;
   bool observed;         /* some slot of observers[] is installed */
   luna__ring ready;      /* tasks woken and not yet resumed */
+  luna__task *ready_spill, *ready_spill_tail; /* behind the ring, linked
+                            through on.next_ready, when it could not grow */
   /* resumes per timing in the current frame (introspection) */
   uint64_t stats_frame;
   uint32_t resumes[LUNA_TIMING_COUNT + 1]; /* [LUNA_TIMING_COUNT]: outside any run */
@@ -218,6 +221,9 @@ struct luna__binding {
   bool exit_requested;
   int exit_code;
 };
+
+/* True when woken tasks wait in the ready queue. */
+#define LUNA__READY_ANY(b) ((b)->ready.count > 0 || (b)->ready_spill != NULL)
 
 /* The binding of a module function: its upvalue 1 (a light userdata), which
    saves a registry lookup on the hot paths (every await, every spawn).

@@ -229,9 +229,11 @@ static void disarm(luna__binding *b, luna__task *t) {
 
 /* ---- rings of tasks ------------------------------------------------------------ */
 
-/* Appends t to the ring r of binding b, growing it when full (raises a Lua
-   error on b's main thread when memory is exhausted). */
-static void ring_push(luna__binding *b, luna__ring *r, luna__task *t) {
+/* Appends t to the ring r of binding b, growing it when full. False, and
+   nothing changed, when it is full and cannot grow (the state's allocator
+   refused: a mod at its memory cap). Never raises: it runs in the loop's
+   callbacks, where no Lua error handler is active. */
+static bool ring_push(luna__binding *b, luna__ring *r, luna__task *t) {
   if (r->count == r->cap) {
     size_t cap = r->cap ? r->cap * 2 : 64;
     void *ud;
@@ -239,7 +241,7 @@ static void ring_push(luna__binding *b, luna__ring *r, luna__task *t) {
     luna__task **a = (luna__task **)alloc(ud, NULL, 0, cap * sizeof *a);
     size_t i;
     if (a == NULL)
-      luaL_error(b->L, "lunaloop: out of memory");
+      return false;
     for (i = 0; i < r->count; i++)
       a[i] = r->a[(r->head + i) % r->cap];
     if (r->a != NULL)
@@ -250,6 +252,7 @@ static void ring_push(luna__binding *b, luna__ring *r, luna__task *t) {
   }
   r->a[(r->head + r->count) % r->cap] = t;
   r->count++;
+  return true;
 }
 
 static luna__task *ring_pop(luna__ring *r) {
@@ -267,10 +270,30 @@ void luna__ring_free(luna__binding *b, luna__ring *r) {
   memset(r, 0, sizeof *r);
 }
 
-/* Queues a woken task; the entry holds it (t->pending). */
+/* Queues a woken task; the entry holds it (t->pending). When the ring
+   cannot grow, the task is queued through itself instead: a ready task
+   waits on nothing, so its wait union is free, and it cannot arm another
+   wait before it is resumed. Once one task is there, the later ones follow
+   it, so the order stays first in, first out; nothing woken is lost. */
 static void ready_push(luna__binding *b, luna__task *t) {
-  ring_push(b, &b->ready, t);
   t->pending++;
+  if (b->ready_spill == NULL && ring_push(b, &b->ready, t))
+    return;
+  t->on.next_ready = NULL;
+  if (b->ready_spill == NULL)
+    b->ready_spill = t;
+  else
+    b->ready_spill_tail->on.next_ready = t;
+  b->ready_spill_tail = t;
+}
+
+static luna__task *ready_pop(luna__binding *b) {
+  luna__task *t;
+  if (b->ready.count > 0)
+    return ring_pop(&b->ready);
+  t = b->ready_spill;
+  b->ready_spill = t->on.next_ready;
+  return t;
 }
 
 /* ---- settling ---------------------------------------------------------------------- */
@@ -513,8 +536,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
    resumes. */
 static void pump_ready(luna__binding *b) {
   b->pumping = true;
-  while (b->ready.count > 0) {
-    luna__task *t = ring_pop(&b->ready);
+  while (LUNA__READY_ANY(b)) {
+    luna__task *t = ready_pop(b);
     t->pending--;
     if (t->state == LUNA__READY)
       resume(b, t, t->nresume);
@@ -525,14 +548,14 @@ static void pump_ready(luna__binding *b) {
 }
 
 void luna__pump(luna__binding *b) {
-  if (b->ready.count > 0 && !b->pumping && b->depth == 0)
+  if (LUNA__READY_ANY(b) && !b->pumping && b->depth == 0)
     pump_ready(b);
 }
 
 /* Resumes t now, then, at the outermost level, everything it woke. */
 static LUNA__ALWAYS_INLINE void run_now(luna__binding *b, luna__task *t, int nargs) {
   resume(b, t, nargs);
-  if (b->ready.count > 0) /* most resumes wake nobody: no call */
+  if (LUNA__READY_ANY(b)) /* most resumes wake nobody: no call */
     luna__pump(b);
 }
 
@@ -624,7 +647,7 @@ void luna__timer_cb(luna_loop *loop, void *arg) {
   luna__task *t = (luna__task *)arg;
   luna__binding *b = t->b;
   (void)loop;
-  if (b->ready.count > 0 || b->pumping || b->depth > 0) {
+  if (LUNA__READY_ANY(b) || b->pumping || b->depth > 0) {
     luna__wake(b, t, t->co, 0, false);
     luna__pump(b);
     return;
@@ -672,8 +695,13 @@ void luna__cancel(luna__binding *b, luna__task *t) {
     return;
   if (b->cancelling) {
     /* Another cancellation is unwinding (we are in a __close handler): queue
-       this one; the outermost cancel finishes it before returning. */
-    ring_push(b, &b->cancels, t);
+       this one; the outermost cancel finishes it before returning. If the
+       queue cannot grow (memory), it is cancelled now, nested in the one
+       unwinding: sooner than usual, but never lost. */
+    if (!ring_push(b, &b->cancels, t)) {
+      cancel_one(b, t);
+      return;
+    }
     t->cancel_requested = true;
     t->pending++;
     return;

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -249,6 +250,101 @@ static void an_interrupted_callback_is_reported_once_and_the_others_run(void **s
   luna_loop_free(loop);
 }
 
+/* ---- the binding's own queues when memory runs out ------------------------ */
+
+/* A Lua allocator that, while `armed`, refuses every new block of at least
+   `big` bytes: the growth of the binding's queues (a mod at its memory cap
+   sees the same), while Lua's small allocations still succeed. */
+typedef struct picky {
+  bool armed;
+  size_t big;
+  int refused;
+} picky;
+
+static void *picky_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  picky *p = ud;
+  (void)osize;
+  if (nsize == 0) {
+    free(ptr);
+    return NULL;
+  }
+  if (p->armed && nsize >= p->big && nsize > osize) {
+    p->refused++;
+    return NULL;
+  }
+  return realloc(ptr, nsize);
+}
+
+static lua_State *new_picky_state(luna_loop *loop, picky *p) {
+  lua_State *L = lua_newstate(picky_alloc, p);
+  luaL_openlibs(L);
+  assert_int_equal(luna_lua_attach(L, loop), 0);
+  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
+  lua_setglobal(L, "task");
+  return L;
+}
+
+/* 200 awaiters woken in one run outgrow the ready queue (64 entries) while
+   it cannot grow: every one still resumes, in the order it began waiting,
+   and nothing raises in the host's frame. */
+static void wake_ups_survive_a_ready_queue_that_cannot_grow(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  picky p = {false, 1024, 0};
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_picky_state(loop, &p);
+  run(L, "woken, in_order = 0, true\n"
+         "local gate = task.spawn(function() task.yield() end)\n"
+         "for i = 1, 200 do task.spawn(function()\n"
+         "  task.await(gate)\n"
+         "  if woken ~= i - 1 then in_order = false end\n"
+         "  woken = i\n"
+         "end) end\n");
+  p.armed = true;
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  p.armed = false;
+  assert_true(p.refused > 0); /* the queue did try to grow */
+  assert_int_equal(global_int(L, "woken"), 200);
+  run(L, "ok = in_order and 1 or 0");
+  assert_int_equal(global_int(L, "ok"), 1);
+  assert_int_equal(luna_lua_task_count(L), 0);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
+/* A __close handler that cancels 100 tasks while the cancellation queue
+   cannot grow past 64: the rest are cancelled at once instead of queued,
+   and every one of them unwinds (its own __close runs). */
+static void cancels_survive_a_cancel_queue_that_cannot_grow(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  picky p = {false, 1024, 0};
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_picky_state(loop, &p);
+  run(L, "closed = 0\n"
+         "local victims = {}\n"
+         "for i = 1, 100 do victims[i] = task.spawn(function()\n"
+         "  local r <close> = setmetatable({}, {__close = function() closed = closed + 1 end})\n"
+         "  task.delay(100)\n"
+         "end) end\n"
+         "boss = task.spawn(function()\n"
+         "  local r <close> = setmetatable({}, {__close = function()\n"
+         "    for _, v in ipairs(victims) do v:cancel() end\n"
+         "  end})\n"
+         "  task.delay(100)\n"
+         "end)\n");
+  p.armed = true;
+  run(L, "boss:cancel()");
+  p.armed = false;
+  assert_true(p.refused > 0);
+  assert_int_equal(global_int(L, "closed"), 100);
+  assert_int_equal(luna_lua_task_count(L), 0);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(closing_a_state_cancels_only_its_tasks),
@@ -258,6 +354,8 @@ int main(void) {
       cmocka_unit_test(exit_stops_the_frame),
       cmocka_unit_test(driving_the_loop_from_inside_a_task_is_refused),
       cmocka_unit_test(an_interrupted_callback_is_reported_once_and_the_others_run),
+      cmocka_unit_test(wake_ups_survive_a_ready_queue_that_cannot_grow),
+      cmocka_unit_test(cancels_survive_a_cancel_queue_that_cannot_grow),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
