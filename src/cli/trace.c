@@ -9,7 +9,12 @@
 **     the moment the trace began;
 **   - per frame, a global instant event "frame" and a counter "tasks".
 ** Events are built and escaped by cJSON and streamed to the file, one per
-** line inside the array, so memory stays bounded however long the run.
+** line inside the array, so memory stays bounded however long the run. The
+** file is not: a run that never ends would fill the disk (a user found 18
+** GB after 11 minutes of --fast). So a trace stops recording at
+** TRACE_LIMIT bytes (LUNALOOP_TRACE_LIMIT in the environment overrides it;
+** 0: no limit), says so once on stderr, and still ends as valid JSON. 1 GiB
+** is about what Perfetto's web UI can open.
 */
 #include <errno.h>
 #include <stdlib.h>
@@ -23,12 +28,17 @@
 
 /* The tid of resumes that happen outside any timing's run. */
 #define HOST_TID LUNA_TIMING_COUNT
+/* Bytes of events after which a trace records nothing more (see above). */
+#define TRACE_LIMIT ((long long)1 << 30)
 
 struct luna_trace {
   FILE *f;
   char *path;
   bool first;       /* no event written yet: the next one has no comma */
   bool failed;      /* a write or an allocation failed: reported at close */
+  bool full;        /* the size limit was reached: nothing more is written */
+  long long bytes;  /* of events written so far */
+  long long limit;  /* TRACE_LIMIT or LUNALOOP_TRACE_LIMIT; 0: none */
   luna_ns origin;   /* CLOCK_MONOTONIC when the trace began */
   luna_loop *loop;  /* for the frame number of each slice */
   /* Begin times of the resumes in progress: resumes nest (a task that
@@ -48,18 +58,30 @@ static double micros(const luna_trace *tr, luna_ns t) {
   return (double)(t - tr->origin) / 1000.0;
 }
 
-/* Writes one event and frees it. */
+/* Writes one event and frees it; past the size limit, only frees it. */
 static void emit(luna_trace *tr, cJSON *ev) {
-  char *text = ev != NULL ? cJSON_PrintUnformatted(ev) : NULL;
+  char *text = ev != NULL && !tr->full ? cJSON_PrintUnformatted(ev) : NULL;
+  int n;
   cJSON_Delete(ev);
+  if (tr->full)
+    return;
   if (text == NULL) {
     tr->failed = true;
     return;
   }
-  if (fprintf(tr->f, "%s%s", tr->first ? "" : ",\n", text) < 0)
+  if ((n = fprintf(tr->f, "%s%s", tr->first ? "" : ",\n", text)) < 0)
     tr->failed = true;
+  else
+    tr->bytes += n;
   tr->first = false;
   cJSON_free(text);
+  if (tr->limit > 0 && tr->bytes >= tr->limit) {
+    tr->full = true;
+    fprintf(stderr,
+            LUNA_PROGNAME ": the trace %s reached %lld bytes: later events are not "
+            "recorded (LUNALOOP_TRACE_LIMIT=bytes sets the limit, 0 removes it)\n",
+            tr->path, tr->bytes);
+  }
 }
 
 /* {"name": name, "ph": ph, "pid": 1, "tid": tid}: the fields every event has. */
@@ -104,6 +126,13 @@ luna_trace *luna__trace_open(const char *path) {
   }
   tr->first = true;
   tr->origin = now_ns();
+  tr->limit = TRACE_LIMIT;
+  if (getenv("LUNALOOP_TRACE_LIMIT") != NULL) {
+    char *end;
+    long long v = strtoll(getenv("LUNALOOP_TRACE_LIMIT"), &end, 10);
+    if (*end == '\0' && v >= 0)
+      tr->limit = v;
+  }
   fputs("[\n", tr->f);
   metadata(tr, "process_name", 0, "name", LUNA_PROGNAME, 0);
   for (int t = 0; t <= HOST_TID; t++) {

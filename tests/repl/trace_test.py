@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """trace_test.py: `lunaloop run --trace FILE` writes a valid Chrome trace
 event JSON with the expected events: the 16 timing tracks named, one slice
-per task resume on the track of its timing, a frame marker per frame.
+per task resume on the track of its timing, a frame marker per frame; and a
+trace stops at its size limit, still valid JSON.
 
 Usage: trace_test.py LUNALOOP SCRIPT
 """
@@ -52,7 +53,33 @@ def main():
     late = [e["args"]["frame"] for e in slices if e["name"] == "late"]
     assert late[1] == late[0] + 2 and late[2] == late[1] + 1, late
     print("ok: %d events, %d slices, %d frames" % (len(events), len(slices), len(frames)))
+    check_size_limit(lunaloop)
     return 0
+
+
+def check_size_limit(lunaloop):
+    """A trace stops recording at its size limit (LUNALOOP_TRACE_LIMIT bytes
+    here; 1 GiB by default), says so once, and is still valid JSON."""
+    tmp = tempfile.mkdtemp()
+    script = os.path.join(tmp, "forever.lua")
+    with open(script, "w") as f:
+        f.write("task.spawn(function() while true do task.yield() end end)\n")
+    path = os.path.join(tmp, "capped.json")
+    limit = 100000
+    env = dict(os.environ, LUNALOOP_TRACE_LIMIT=str(limit))
+    p = subprocess.run([lunaloop, "run", "--fast", "--frames", "3000", "--trace", path, script],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, "capped run failed: %r" % p.stderr
+    lines = [l for l in p.stderr.splitlines() if "later events are not recorded" in l]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("lunaloop: the trace %s reached " % path), lines[0]
+    size = os.path.getsize(path)
+    assert limit <= size < limit + 1000, "size %d for a limit of %d" % (size, limit)
+    with open(path) as f:
+        events = json.load(f)
+    frames = [e["args"]["frame"] for e in events if e["ph"] == "i" and e["name"] == "frame"]
+    assert 0 < len(frames) < 3000, len(frames)
+    print("ok: capped at %d bytes, %d frames recorded of 3000" % (size, len(frames)))
 
 
 if __name__ == "__main__":
