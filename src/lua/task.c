@@ -584,7 +584,10 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   lua_setmetatable(L, -2);
   co = lua_newthread(L);
   lua_setiuservalue(L, -2, 1);
-  lua_checkstack(co, nargs + 1);
+  /* Copies of the function and its arguments go through L: room on both.
+     (A C function is only promised LUA_MINSTACK free slots.) */
+  if (!lua_checkstack(L, nargs + 4) || !lua_checkstack(co, nargs + 1))
+    luaL_error(L, "lunaloop: too many arguments for a task (%d)", nargs);
   for (i = 0; i <= nargs; i++)
     lua_pushvalue(L, fn_idx + i);
   lua_xmove(L, co, nargs + 1);
@@ -593,7 +596,7 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t->state = LUNA__PENDING;
   t->nresume = nargs;
   t->id = ++b->next_id;
-  t->created_frame = (uint32_t)luna_loop_frame_count(b->loop);
+  t->created_frame = (uint32_t)b->loop->frame; /* luna_loop_frame_count, in place */
   t->ref = anchor(L, b);
   link_live(b, t);
   if (b->creation_traceback)

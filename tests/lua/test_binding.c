@@ -250,6 +250,30 @@ static void an_interrupted_callback_is_reported_once_and_the_others_run(void **s
   luna_loop_free(loop);
 }
 
+/* A task with many arguments: the binding copies the function and its
+   arguments through the caller's stack, which must make room for them (a
+   C caller is only promised LUA_MINSTACK free slots). */
+static void spawn_from_c_with_many_arguments(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  int i;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_state(loop);
+  run(L, "function count(...) got = select('#', ...); last = select(got, ...) end");
+  assert_true(lua_checkstack(L, 301));
+  lua_getglobal(L, "count");
+  for (i = 1; i <= 300; i++)
+    lua_pushinteger(L, i);
+  assert_int_equal(luna_lua_spawn(L, 300, "many"), 0);
+  assert_int_equal(lua_gettop(L), 1); /* the Task */
+  lua_settop(L, 0);
+  assert_int_equal(global_int(L, "got"), 300);
+  assert_int_equal(global_int(L, "last"), 300);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 /* ---- the binding's own queues when memory runs out ------------------------ */
 
 /* A Lua allocator that, while `armed`, refuses every new block of at least
@@ -351,6 +375,7 @@ int main(void) {
       cmocka_unit_test(cancel_all_runs_close_handlers_with_cancellation),
       cmocka_unit_test(freeing_the_loop_first_cancels_tasks_and_module_reports_it),
       cmocka_unit_test(spawn_from_c_and_counts),
+      cmocka_unit_test(spawn_from_c_with_many_arguments),
       cmocka_unit_test(exit_stops_the_frame),
       cmocka_unit_test(driving_the_loop_from_inside_a_task_is_refused),
       cmocka_unit_test(an_interrupted_callback_is_reported_once_and_the_others_run),
