@@ -51,6 +51,7 @@ int luna__inbox_init(luna__inbox *in, const luna__alloc *a) {
   for (i = 0; i < LUNA__DIR_PAGES; i++)
     atomic_init(&in->dir[i], NULL);
   atomic_init(&in->nchunks, 0);
+  atomic_init(&in->nadded, 0);
   atomic_init(&in->allocated, 0);
   in->pool = luna__malloc(a, LUNA__POOL_SIZE * sizeof *in->pool);
   if (in->pool == NULL)
@@ -158,6 +159,7 @@ static luna__node *add_block(luna__inbox *in, const luna__alloc *a, uint32_t c, 
   }
   /* Published before any of its indices can be read from a free list. */
   luna__ptr_store_release(slot, block);
+  luna__u32_fetch_add_relaxed(&in->nadded, 1);
   if (for_post) {
     pool_push_chain(in, s, base + 2, &block[LUNA__CHUNK_NODES - 1]);
     return &block[0];
@@ -191,15 +193,18 @@ int luna__inbox_reserve(luna__inbox *in, const luna__alloc *a, size_t n) {
   if (n > most)
     return LUNA_EINVAL;
   for (;;) {
-    uint32_t have = luna__u32_load_relaxed(&in->nchunks), c;
-    if (have > LUNA__MAX_CHUNKS)
-      have = LUNA__MAX_CHUNKS;
+    /* Counted by the blocks actually added, not claimed: a claim whose
+       allocation failed (here or in a post) added nothing. */
+    uint32_t c, have = luna__u32_load_relaxed(&in->nadded);
     if (LUNA__POOL_SIZE + (size_t)have * LUNA__CHUNK_NODES >= n)
       return 0;
     c = luna__u32_fetch_add_relaxed(&in->nchunks, 1);
     /* Blocks go round the shards, so every producer finds nodes at home. */
-    if (add_block(in, a, c, c % LUNA__INBOX_SHARDS, false) == NULL)
-      return LUNA_ENOMEM; /* an allocation failed (or left a hole earlier) */
+    if (add_block(in, a, c, c % LUNA__INBOX_SHARDS, false) == NULL) {
+      /* Past the last block, posts that raced may have filled the pool. */
+      have = luna__u32_load_relaxed(&in->nadded);
+      return LUNA__POOL_SIZE + (size_t)have * LUNA__CHUNK_NODES >= n ? 0 : LUNA_ENOMEM;
+    }
   }
 }
 

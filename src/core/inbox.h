@@ -108,6 +108,9 @@ typedef struct luna__inbox {
      any of its nodes is on a free list. */
   _Atomic(void *) dir[LUNA__DIR_PAGES];
   luna__atomic_u32 nchunks;   /* blocks claimed (may pass the maximum) */
+  luna__atomic_u32 nadded;    /* blocks actually in the pool: a claim whose
+                                 allocation failed leaves a hole that
+                                 nchunks counts and this does not */
   luna__atomic_u64 allocated; /* posts whose node came from the allocator */
 } luna__inbox;
 

@@ -165,6 +165,31 @@ static void reserved_posts_never_call_the_allocator(void **state) {
   assert_int_equal(reserved_runs, 5120);
 }
 
+/* A post whose block allocation failed claimed a block number and left a
+   hole: a later reservation must still add the nodes it promises. */
+static void a_reservation_after_a_failed_block_still_adds_it(void **state) {
+  fixture *f = *state;
+  long allocs;
+  int i;
+  for (i = 0; i < 1024; i++) /* the whole initial pool */
+    assert_int_equal(luna_post(f->loop, LUNA_UPDATE, count_run, NULL), 0);
+  counting_fail_after(&f->ca, 0);
+  assert_int_equal(luna_post(f->loop, LUNA_UPDATE, count_run, NULL), LUNA_ENOMEM);
+  counting_fail_after(&f->ca, -1);
+  reserved_runs = 0;
+  assert_int_equal(luna_loop_frame(f->loop, 0.01), 0);
+  assert_int_equal(reserved_runs, 1024);
+  assert_int_equal(luna_loop_reserve_posts(f->loop, 1280), 0);
+  allocs = atomic_load(&f->ca.allocs);
+  counting_fail_after(&f->ca, 0);
+  for (i = 0; i < 1280; i++)
+    assert_int_equal(luna_post(f->loop, LUNA_UPDATE, count_run, NULL), 0);
+  counting_fail_after(&f->ca, -1);
+  assert_int_equal(atomic_load(&f->ca.allocs), allocs);
+  assert_int_equal(luna_loop_frame(f->loop, 0.01), 0);
+  assert_int_equal(reserved_runs, 1024 + 1280);
+}
+
 static void reserve_posts_checks_its_arguments(void **state) {
   fixture *f = *state;
   assert_int_equal(luna_loop_reserve_posts(NULL, 1), LUNA_EINVAL);
@@ -317,6 +342,7 @@ int main(void) {
       T(post_fails_with_enomem_only_when_pool_and_allocator_are_empty),
       T(reserved_posts_never_call_the_allocator),
       T(reserve_posts_checks_its_arguments),
+      T(a_reservation_after_a_failed_block_still_adds_it),
       T(posts_survive_a_queue_that_cannot_grow),
       T(reset_keeps_posts_and_delivers_them),
       T(reset_keeps_posts_left_in_the_queue_by_a_stop),
