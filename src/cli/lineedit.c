@@ -21,6 +21,7 @@
 ** libedit has no user data for its prompt function, and there is one
 ** terminal: the editor is a file-level singleton.
 */
+#include <errno.h>
 #include <locale.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,9 +151,18 @@ int luna__edit_key(char **line) {
   if (!editing)
     return 0;
   int n = 0;
+  errno = 0;
   const wchar_t *w = el_wgets(el, &n);
-  if (w == NULL || n <= 0)
-    return 0; /* an empty line, or a read error */
+  if (w == NULL || n <= 0) {
+    /* Interrupted by a signal (Ctrl-C, a resize): still editing. The end
+       of input or a read error (the terminal hung up: EIO) ends the line
+       as Ctrl-D does; taking it as "still editing" made the REPL poll a
+       dead terminal in a busy loop. */
+    if (errno == EINTR || errno == EAGAIN)
+      return 0;
+    luna__edit_stop();
+    return -1;
+  }
   bool eof = n == 1 && w[0] == ('D' & 0x1f);
   if (!eof && w[n - 1] != L'\n')
     return 0; /* still editing */

@@ -1113,6 +1113,12 @@ static void main_loop(void) {
     struct pollfd pfd = {STDIN_FILENO, POLLIN, 0};
     bool want_input = idle && !R.in_eof;
     int n = poll(&pfd, want_input ? 1 : 0, timeout);
+    if (R.tty && n > 0 && (pfd.revents & POLLIN) == 0 &&
+        (pfd.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) {
+      R.quit = true; /* the terminal hung up, nothing left to read: as Ctrl-D */
+      break;        /* (piped input ends through read_plain, which keeps a last
+                       line without a newline) */
+    }
     if (n > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
       if (R.tty)
         read_key(); /* after a line, the prompt comes back once no chunk runs */

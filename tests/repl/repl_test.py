@@ -250,6 +250,43 @@ def case_ctrl_d_exits_after_cancelling_every_task():
         s.close()
 
 
+def case_a_hung_up_terminal_ends_the_repl():
+    """The terminal goes away (its master side closed) while SIGHUP is
+    ignored, as under nohup: the REPL ends as on Ctrl-D instead of polling
+    a dead terminal in a busy loop."""
+    import pty
+    import signal
+    pid, fd = pty.fork()
+    if pid == 0:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        os.environ["LUNALOOP_HISTORY"] = ""
+        os.execv(LUNALOOP, [LUNALOOP, "repl"])
+    try:
+        seen = b""
+        deadline = time.time() + 10
+        while not seen.rstrip().endswith(b">") and time.time() < deadline:
+            seen += os.read(fd, 4096)
+        check(seen.rstrip().endswith(b">"), "the prompt, got %r" % seen[-80:])
+        os.close(fd)  # hang up
+        deadline = time.time() + 5
+        status = None
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the REPL still runs 5 s after the hang-up")
+        check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
+              "exit status 0 as on Ctrl-D, got %r" % status)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
 def case_history_is_kept_in_a_file():
     d = tempfile.mkdtemp()
     hist = os.path.join(d, "history")
