@@ -135,11 +135,14 @@ LUNA_API uint64_t luna_lua_resume_counts(lua_State *L, uint64_t out[LUNA_TIMING_
    (pthread_sigmask in the other threads, or pthread_kill). */
 LUNA_API void luna_lua_interrupt(void);
 
-/* Ends an interrupt: until this is called, the interrupted code keeps
-   raising at every instruction (so a pcall cannot swallow it), except in
-   the to-be-closed handlers of the task it unwinds, and on the thread of
-   an interrupted callback or predicate once its error is reported (so the
-   error handler and the frame's other callbacks run). Call it once the
+/* Ends the calling thread's interrupt: until this is called, the
+   interrupted code keeps raising at every instruction (so a pcall cannot
+   swallow it), except in the to-be-closed handlers of the task it unwinds,
+   and on the thread of an interrupted callback once its error is reported
+   (so the error handler and the frame's other callbacks run). An
+   interrupted wait_until/wait_while predicate raises into its task instead
+   of being reported, so until this is called, later callbacks of that
+   frame on the same Lua thread raise "interrupted" too. Call it once the
    driver has control again (after the frame), before cancelling tasks. */
 LUNA_API void luna_lua_interrupt_clear(void);
 

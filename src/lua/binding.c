@@ -129,6 +129,8 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
      callback after it on L in the same frame, would raise "interrupted"
      too ("error handler failed: interrupted"). */
   luna__drop_interrupt_hook(L);
+  if (!lua_checkstack(L, 6)) /* the handler and its four arguments: only */
+    return;                  /* short when memory is exhausted; counted */
   lua_rawgetp(L, LUA_REGISTRYINDEX, &handler_key);
   if (lua_isfunction(L, -1)) {
     lua_pushvalue(L, err_idx);
@@ -175,8 +177,11 @@ int luna__set_handler(lua_State *L) {
 
 /* Set by luna_lua_interrupt, cleared by luna_lua_interrupt_clear. While it
    is set, the hook raises at every instruction of the thread it sits on,
-   so a pcall around a runaway loop cannot swallow the interrupt. */
-static volatile sig_atomic_t interrupt_pending;
+   so a pcall around a runaway loop cannot swallow the interrupt. Per OS
+   thread, like luna__running: a driver clearing its own interrupt after
+   a frame must not clear another thread's, and the hook runs on the
+   thread that was interrupted. */
+static _Thread_local volatile sig_atomic_t interrupt_pending LUNA__TLS_MODEL;
 
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
   luna__binding *b;
