@@ -128,9 +128,10 @@ luna_trace *luna__trace_open(const char *path) {
   tr->origin = now_ns();
   tr->limit = TRACE_LIMIT;
   if (getenv("LUNALOOP_TRACE_LIMIT") != NULL) {
+    const char *s = getenv("LUNALOOP_TRACE_LIMIT");
     char *end;
-    long long v = strtoll(getenv("LUNALOOP_TRACE_LIMIT"), &end, 10);
-    if (*end == '\0' && v >= 0)
+    long long v = strtoll(s, &end, 10);
+    if (end != s && *end == '\0' && v >= 0) /* anything else: the default */
       tr->limit = v;
   }
   fputs("[\n", tr->f);
