@@ -337,6 +337,40 @@ static void wake_ups_survive_a_ready_queue_that_cannot_grow(void **state) {
   luna_loop_free(loop);
 }
 
+/* A task waiting in the spill list (behind a ready ring that could not
+   grow) and cancelled by an earlier awaiter before the pump reaches it:
+   it ends cancelled, its to-be-closed variable runs once, and the others
+   still resume in order. */
+static void a_spilled_task_cancelled_before_its_turn(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  picky p = {false, 1024, 0};
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_picky_state(loop, &p);
+  run(L, "woken, closed, in_order, w = 0, 0, true, {}\n"
+         "local gate = task.spawn(function() task.yield() end)\n"
+         "for i = 1, 200 do w[i] = task.spawn(function()\n"
+         "  local r <close> = setmetatable({}, {__close = function() closed = closed + 1 end})\n"
+         "  task.await(gate)\n"
+         "  if i == 1 then w[150]:cancel() end\n"
+         "  woken = woken + 1\n"
+         "end) end\n");
+  p.armed = true;
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  p.armed = false;
+  assert_true(p.refused > 0);
+  assert_int_equal(global_int(L, "woken"), 199);
+  assert_int_equal(global_int(L, "closed"), 200);
+  run(L, "st = w[150]:status()");
+  lua_getglobal(L, "st");
+  assert_string_equal(lua_tostring(L, -1), "cancelled");
+  lua_pop(L, 1);
+  assert_int_equal(luna_lua_task_count(L), 0);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 /* A __close handler that cancels 100 tasks while the cancellation queue
    cannot grow past 64: the rest are cancelled at once instead of queued,
    and every one of them unwinds (its own __close runs). */
@@ -380,6 +414,7 @@ int main(void) {
       cmocka_unit_test(driving_the_loop_from_inside_a_task_is_refused),
       cmocka_unit_test(an_interrupted_callback_is_reported_once_and_the_others_run),
       cmocka_unit_test(wake_ups_survive_a_ready_queue_that_cannot_grow),
+      cmocka_unit_test(a_spilled_task_cancelled_before_its_turn),
       cmocka_unit_test(cancels_survive_a_cancel_queue_that_cannot_grow),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
