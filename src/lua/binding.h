@@ -186,13 +186,14 @@ struct luna__binding {
   bool pumping;
   bool observed;         /* some slot of observers[] is installed */
   luna__ring ready;      /* tasks woken and not yet resumed */
-  luna__task *ready_spill, *ready_spill_tail; /* behind the ring, linked
-                            through on.next_ready, when it could not grow */
   /* resumes per timing in the current frame (introspection) */
   uint64_t stats_frame;
   uint32_t resumes[LUNA_TIMING_COUNT + 1]; /* [LUNA_TIMING_COUNT]: outside any run */
 
   lua_State *L;          /* the main thread of the state */
+  luna__task *ready_spill, *ready_spill_tail; /* behind the ready ring, linked
+                            through on.next_ready, when it could not grow;
+                            never non-empty while the ring has room */
   bool owns_loop;
   bool closing;
   /* live tasks in creation order */
@@ -221,9 +222,6 @@ struct luna__binding {
   bool exit_requested;
   int exit_code;
 };
-
-/* True when woken tasks wait in the ready queue. */
-#define LUNA__READY_ANY(b) ((b)->ready.count > 0 || (b)->ready_spill != NULL)
 
 /* The binding of a module function: its upvalue 1 (a light userdata), which
    saves a registry lookup on the hot paths (every await, every spawn).

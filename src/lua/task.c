@@ -287,12 +287,16 @@ static void ready_push(luna__binding *b, luna__task *t) {
   b->ready_spill_tail = t;
 }
 
+/* Takes the oldest woken task. The spill list only ever waits behind a
+   full ring: each pop moves its head into the slot just freed (no
+   allocation), so "the ring is empty" is all the hot paths test. */
 static luna__task *ready_pop(luna__binding *b) {
-  luna__task *t;
-  if (b->ready.count > 0)
-    return ring_pop(&b->ready);
-  t = b->ready_spill;
-  b->ready_spill = t->on.next_ready;
+  luna__task *t = ring_pop(&b->ready);
+  if (b->ready_spill != NULL) {
+    luna__task *s = b->ready_spill;
+    b->ready_spill = s->on.next_ready;
+    (void)ring_push(b, &b->ready, s); /* a slot was just freed */
+  }
   return t;
 }
 
@@ -536,7 +540,7 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
    resumes. */
 static void pump_ready(luna__binding *b) {
   b->pumping = true;
-  while (LUNA__READY_ANY(b)) {
+  while (b->ready.count > 0) {
     luna__task *t = ready_pop(b);
     t->pending--;
     if (t->state == LUNA__READY)
@@ -548,14 +552,14 @@ static void pump_ready(luna__binding *b) {
 }
 
 void luna__pump(luna__binding *b) {
-  if (LUNA__READY_ANY(b) && !b->pumping && b->depth == 0)
+  if (b->ready.count > 0 && !b->pumping && b->depth == 0)
     pump_ready(b);
 }
 
 /* Resumes t now, then, at the outermost level, everything it woke. */
 static LUNA__ALWAYS_INLINE void run_now(luna__binding *b, luna__task *t, int nargs) {
   resume(b, t, nargs);
-  if (LUNA__READY_ANY(b)) /* most resumes wake nobody: no call */
+  if (b->ready.count > 0) /* most resumes wake nobody: no call */
     luna__pump(b);
 }
 
@@ -650,7 +654,7 @@ void luna__timer_cb(luna_loop *loop, void *arg) {
   luna__task *t = (luna__task *)arg;
   luna__binding *b = t->b;
   (void)loop;
-  if (LUNA__READY_ANY(b) || b->pumping || b->depth > 0) {
+  if (b->ready.count > 0 || b->pumping || b->depth > 0) {
     luna__wake(b, t, t->co, 0, false);
     luna__pump(b);
     return;
