@@ -276,7 +276,7 @@ static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
 /* task.yield([timing]): resume at the next run of `timing` (default Update);
    from inside that timing's run, at its next run (never the same drain). */
 static int l_yield(lua_State *L) {
-  luna_timing timing = lua_gettop(L) == 0 ? LUNA_UPDATE : luna__opt_timing(L, 1, LUNA_UPDATE);
+  luna_timing timing = luna__opt_timing(L, 1, LUNA_UPDATE);
   luna__task *t = await_task(L, "task.yield");
   int rc = luna__loop_enqueue(t->b->loop, timing, luna__resume_cb, t);
   if (rc != 0)
