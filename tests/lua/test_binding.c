@@ -299,108 +299,106 @@ static void *picky_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   return realloc(ptr, nsize);
 }
 
-static lua_State *new_picky_state(luna_loop *loop, picky *p) {
-  lua_State *L = lua_newstate(picky_alloc, p);
+/* A state on its own loop whose allocator refuses blocks of 1 KiB or more
+   while `trigger` runs: `setup` (Lua) first, then `trigger` (Lua), or one
+   frame when trigger is NULL. Checks that something was refused (the
+   queue did try to grow) and returns the state for the caller's checks;
+   free_picky closes both. */
+static picky pk;
+static luna_loop *pk_loop;
+
+static lua_State *run_picky(const char *setup, const char *trigger) {
+  lua_State *L;
+  pk.armed = false;
+  pk.big = 1024;
+  pk.refused = 0;
+  assert_int_equal(luna_loop_new(NULL, &pk_loop), 0);
+  L = lua_newstate(picky_alloc, &pk);
   luaL_openlibs(L);
-  assert_int_equal(luna_lua_attach(L, loop), 0);
+  assert_int_equal(luna_lua_attach(L, pk_loop), 0);
   luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
   lua_setglobal(L, "task");
+  run(L, setup);
+  pk.armed = true;
+  if (trigger != NULL)
+    run(L, trigger);
+  else
+    assert_int_equal(luna_loop_frame(pk_loop, 0.016), 0);
+  pk.armed = false;
+  assert_true(pk.refused > 0);
   return L;
+}
+
+static void free_picky(lua_State *L) {
+  assert_int_equal(luna_lua_task_count(L), 0);
+  lua_close(L);
+  luna_loop_free(pk_loop);
 }
 
 /* 200 awaiters woken in one run outgrow the ready queue (64 entries) while
    it cannot grow: every one still resumes, in the order it began waiting,
    and nothing raises in the host's frame. */
 static void wake_ups_survive_a_ready_queue_that_cannot_grow(void **state) {
-  luna_loop *loop;
   lua_State *L;
-  picky p = {false, 1024, 0};
   (void)state;
-  assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_picky_state(loop, &p);
-  run(L, "woken, in_order = 0, true\n"
-         "local gate = task.spawn(function() task.yield() end)\n"
-         "for i = 1, 200 do task.spawn(function()\n"
-         "  task.await(gate)\n"
-         "  if woken ~= i - 1 then in_order = false end\n"
-         "  woken = i\n"
-         "end) end\n");
-  p.armed = true;
-  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
-  p.armed = false;
-  assert_true(p.refused > 0); /* the queue did try to grow */
+  L = run_picky("woken, in_order = 0, true\n"
+                "local gate = task.spawn(function() task.yield() end)\n"
+                "for i = 1, 200 do task.spawn(function()\n"
+                "  task.await(gate)\n"
+                "  if woken ~= i - 1 then in_order = false end\n"
+                "  woken = i\n"
+                "end) end\n",
+                NULL);
   assert_int_equal(global_int(L, "woken"), 200);
   run(L, "ok = in_order and 1 or 0");
   assert_int_equal(global_int(L, "ok"), 1);
-  assert_int_equal(luna_lua_task_count(L), 0);
-  lua_close(L);
-  luna_loop_free(loop);
+  free_picky(L);
 }
 
 /* A task waiting in the spill list (behind a ready ring that could not
    grow) and cancelled by an earlier awaiter before the pump reaches it:
    it ends cancelled, its to-be-closed variable runs once, and the others
-   still resume in order. */
+   still resume. */
 static void a_spilled_task_cancelled_before_its_turn(void **state) {
-  luna_loop *loop;
   lua_State *L;
-  picky p = {false, 1024, 0};
   (void)state;
-  assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_picky_state(loop, &p);
-  run(L, "woken, closed, in_order, w = 0, 0, true, {}\n"
-         "local gate = task.spawn(function() task.yield() end)\n"
-         "for i = 1, 200 do w[i] = task.spawn(function()\n"
-         "  local r <close> = setmetatable({}, {__close = function() closed = closed + 1 end})\n"
-         "  task.await(gate)\n"
-         "  if i == 1 then w[150]:cancel() end\n"
-         "  woken = woken + 1\n"
-         "end) end\n");
-  p.armed = true;
-  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
-  p.armed = false;
-  assert_true(p.refused > 0);
+  L = run_picky("woken, closed, w = 0, 0, {}\n"
+                "local gate = task.spawn(function() task.yield() end)\n"
+                "for i = 1, 200 do w[i] = task.spawn(function()\n"
+                "  local r <close> = setmetatable({}, {__close = function() closed = closed + 1 end})\n"
+                "  task.await(gate)\n"
+                "  if i == 1 then w[150]:cancel() end\n"
+                "  woken = woken + 1\n"
+                "end) end\n",
+                NULL);
   assert_int_equal(global_int(L, "woken"), 199);
   assert_int_equal(global_int(L, "closed"), 200);
-  run(L, "st = w[150]:status()");
-  lua_getglobal(L, "st");
-  assert_string_equal(lua_tostring(L, -1), "cancelled");
-  lua_pop(L, 1);
-  assert_int_equal(luna_lua_task_count(L), 0);
-  lua_close(L);
-  luna_loop_free(loop);
+  run(L, "cancelled = w[150]:status() == 'cancelled' and 1 or 0");
+  assert_int_equal(global_int(L, "cancelled"), 1);
+  free_picky(L);
 }
 
 /* A __close handler that cancels 100 tasks while the cancellation queue
    cannot grow past 64: the rest are cancelled at once instead of queued,
    and every one of them unwinds (its own __close runs). */
 static void cancels_survive_a_cancel_queue_that_cannot_grow(void **state) {
-  luna_loop *loop;
   lua_State *L;
-  picky p = {false, 1024, 0};
   (void)state;
-  assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_picky_state(loop, &p);
-  run(L, "closed = 0\n"
-         "local victims = {}\n"
-         "for i = 1, 100 do victims[i] = task.spawn(function()\n"
-         "  local r <close> = setmetatable({}, {__close = function() closed = closed + 1 end})\n"
-         "  task.delay(100)\n"
-         "end) end\n"
-         "boss = task.spawn(function()\n"
-         "  local r <close> = setmetatable({}, {__close = function()\n"
-         "    for _, v in ipairs(victims) do v:cancel() end\n"
-         "  end})\n"
-         "  task.delay(100)\n"
-         "end)\n");
-  p.armed = true;
-  run(L, "boss:cancel()");
-  p.armed = false;
-  assert_true(p.refused > 0);
+  L = run_picky("closed = 0\n"
+                "local victims = {}\n"
+                "for i = 1, 100 do victims[i] = task.spawn(function()\n"
+                "  local r <close> = setmetatable({}, {__close = function() closed = closed + 1 end})\n"
+                "  task.delay(100)\n"
+                "end) end\n"
+                "boss = task.spawn(function()\n"
+                "  local r <close> = setmetatable({}, {__close = function()\n"
+                "    for _, v in ipairs(victims) do v:cancel() end\n"
+                "  end})\n"
+                "  task.delay(100)\n"
+                "end)\n",
+                "boss:cancel()");
   assert_int_equal(global_int(L, "closed"), 100);
-  assert_int_equal(luna_lua_task_count(L), 0);
-  lua_close(L);
-  luna_loop_free(loop);
+  free_picky(L);
 }
 
 int main(void) {
