@@ -29,13 +29,11 @@ enum {
 /* Prints the usage text (all commands and the options of `run`) to `out`. */
 void luna__cli_usage(FILE *out);
 
-/* Prints "lunaloop: <message>" and a hint to --help on stderr and returns
-   LUNA_EXIT_USAGE, so callers can `return luna__cli_usage_error(...)`. */
 /* Option values, shared by run, repl and mods (options.c). Each parses the
    whole string and returns false for anything else: a finite double; a
-   rate in Hz as a period in ns (rounded; refused when it rounds to 0); a
-   time scale from 0 to LUNA_TIME_SCALE_MAX; a decimal integer (a '-' only
-   when is_signed). luna__cli_bad_value reports "bad value 'V' for --NAME
+   rate in Hz from 1e-9 to 1e9 as a period in ns (rounded); a time scale
+   from 0 to LUNA_TIME_SCALE_MAX; a decimal integer (a '-' only when
+   is_signed). luna__cli_bad_value reports "bad value 'V' for --NAME
    (expected E)" and returns LUNA_EXIT_USAGE. */
 bool luna__cli_parse_double(const char *s, double *out);
 bool luna__cli_parse_rate(const char *s, luna_ns *period);
@@ -43,6 +41,8 @@ bool luna__cli_parse_time_scale(const char *s, double *out);
 bool luna__cli_parse_integer(const char *s, bool is_signed, long long *out);
 int luna__cli_bad_value(const char *option, const char *value, const char *expected);
 
+/* Prints "lunaloop: <message>" and a hint to --help on stderr and returns
+   LUNA_EXIT_USAGE, so callers can `return luna__cli_usage_error(...)`. */
 int luna__cli_usage_error(const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 1, 2)))
@@ -63,6 +63,38 @@ typedef struct luna_run_options {
   const char *trace;      /* --trace FILE: a Chrome trace of the run, or NULL */
   int script;             /* index of SCRIPT in the argv given to the parser */
 } luna_run_options;
+
+/* The frame-driving options that run, repl and mods share: their getopt
+   values (a command's own options start at LUNA__OPT_OWN) and their
+   entries for a getopt_long table. */
+enum {
+  LUNA__OPT_FAST = 256, /* long-only options start past every char value */
+  LUNA__OPT_HZ,
+  LUNA__OPT_FIXED_HZ,
+  LUNA__OPT_FRAMES,
+  LUNA__OPT_TIME_SCALE,
+  LUNA__OPT_SEED,
+  LUNA__OPT_OWN
+};
+#define LUNA__CLI_FRAME_OPTIONS                                                \
+  {"fast", no_argument, NULL, LUNA__OPT_FAST},                                 \
+  {"hz", required_argument, NULL, LUNA__OPT_HZ},                               \
+  {"fixed-hz", required_argument, NULL, LUNA__OPT_FIXED_HZ},                   \
+  {"frames", required_argument, NULL, LUNA__OPT_FRAMES},                       \
+  {"time-scale", required_argument, NULL, LUNA__OPT_TIME_SCALE},               \
+  {"seed", required_argument, NULL, LUNA__OPT_SEED}
+
+/* The defaults: 60 Hz frames, 50 Hz fixed steps, time scale 1. */
+void luna__cli_run_defaults(luna_run_options *opts);
+
+/* Applies the shared option `c` (a LUNA__OPT_* below LUNA__OPT_OWN, whose
+   long name is `name`) with its value `arg`. Returns -1 when applied, or
+   LUNA_EXIT_USAGE after reporting a bad value. */
+int luna__cli_frame_option(int c, const char *name, const char *arg, luna_run_options *opts);
+
+/* Reports what getopt_long refused (c is ':' for a missing value, else an
+   unknown option) and returns LUNA_EXIT_USAGE. */
+int luna__cli_getopt_error(int c, char **argv);
 
 /* Parses the options of `run` from argv[1..argc-1] (argv[0] is the word
    "run") into *opts. Returns -1 when the run should go on, or the exit status

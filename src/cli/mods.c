@@ -24,26 +24,10 @@ typedef struct mods_options {
   const char *dir;
 } mods_options;
 
-enum {
-  OPT_FAST = 256,
-  OPT_HZ,
-  OPT_FIXED_HZ,
-  OPT_FRAMES,
-  OPT_TIME_SCALE,
-  OPT_SEED,
-  OPT_WATCH,
-  OPT_MEMORY,
-  OPT_BUDGET,
-  OPT_MAX_OVERRUNS
-};
+enum { OPT_WATCH = LUNA__OPT_OWN, OPT_MEMORY, OPT_BUDGET, OPT_MAX_OVERRUNS };
 
 static const struct option long_options[] = {
-  {"fast", no_argument, NULL, OPT_FAST},
-  {"hz", required_argument, NULL, OPT_HZ},
-  {"fixed-hz", required_argument, NULL, OPT_FIXED_HZ},
-  {"frames", required_argument, NULL, OPT_FRAMES},
-  {"time-scale", required_argument, NULL, OPT_TIME_SCALE},
-  {"seed", required_argument, NULL, OPT_SEED},
+  LUNA__CLI_FRAME_OPTIONS,
   {"watch", required_argument, NULL, OPT_WATCH},
   {"memory", required_argument, NULL, OPT_MEMORY},
   {"budget", required_argument, NULL, OPT_BUDGET},
@@ -92,44 +76,21 @@ static int parse_options(int argc, char **argv, mods_options *o) {
   long long n;
   int c, index;
   memset(o, 0, sizeof *o);
-  o->run.frame_dt_ns = 16666667;
-  o->run.fixed_dt_ns = 20000000;
-  o->run.time_scale = 1.0;
+  luna__cli_run_defaults(&o->run);
   optind = 0;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "+:h", long_options, &index)) != -1) {
-    const char *name = c >= OPT_FAST ? long_options[index].name : NULL;
+    const char *name = c >= LUNA__OPT_FAST ? long_options[index].name : NULL;
+    int rc;
+    if (c >= LUNA__OPT_FAST && c < LUNA__OPT_OWN) {
+      if ((rc = luna__cli_frame_option(c, name, optarg, &o->run)) != -1)
+        return rc;
+      continue;
+    }
     switch (c) {
     case 'h':
       fputs(mods_usage, stdout);
       return LUNA_EXIT_OK;
-    case OPT_FAST:
-      o->run.fast = true;
-      break;
-    case OPT_HZ:
-      if (!luna__cli_parse_rate(optarg, &o->run.frame_dt_ns))
-        return luna__cli_bad_value(name, optarg, "a rate in Hz from 1e-9 to 1e9");
-      break;
-    case OPT_FIXED_HZ:
-      if (!luna__cli_parse_rate(optarg, &o->run.fixed_dt_ns))
-        return luna__cli_bad_value(name, optarg, "a rate in Hz from 1e-9 to 1e9");
-      break;
-    case OPT_FRAMES:
-      if (!luna__cli_parse_integer(optarg, false, &n))
-        return luna__cli_bad_value(name, optarg, "a whole number >= 0");
-      o->run.has_frames = true;
-      o->run.frames = n;
-      break;
-    case OPT_TIME_SCALE:
-      if (!luna__cli_parse_time_scale(optarg, &o->run.time_scale))
-        return luna__cli_bad_value(name, optarg, "a number from 0 to 1e6");
-      break;
-    case OPT_SEED:
-      if (!luna__cli_parse_integer(optarg, true, &n))
-        return luna__cli_bad_value(name, optarg, "an integer");
-      o->mods.seed = n;
-      o->mods.has_seed = true;
-      break;
     case OPT_WATCH:
       if (!luna__cli_parse_integer(optarg, false, &n) || n > 1000000000LL)
         return luna__cli_bad_value(name, optarg, "a whole number of frames >= 0");
@@ -149,14 +110,12 @@ static int parse_options(int argc, char **argv, mods_options *o) {
         return luna__cli_bad_value(name, optarg, "a positive whole number");
       o->mods.max_overruns = (unsigned)n;
       break;
-    case ':':
-      return luna__cli_usage_error("option '%s' needs a value", argv[optind - 1]);
     default:
-      if (optopt != 0 && optopt < 256)
-        return luna__cli_usage_error("unknown option '-%c'", optopt);
-      return luna__cli_usage_error("unknown option '%s'", argv[optind - 1]);
+      return luna__cli_getopt_error(c, argv);
     }
   }
+  o->mods.has_seed = o->run.has_seed;
+  o->mods.seed = o->run.seed;
   if (optind >= argc)
     return luna__cli_usage_error("mods: missing DIR");
   if (optind + 1 < argc)

@@ -11,23 +11,10 @@
 
 #include "cli.h"
 
-enum {
-  OPT_FAST = 256, /* long-only options start past every char value */
-  OPT_HZ,
-  OPT_FIXED_HZ,
-  OPT_FRAMES,
-  OPT_TIME_SCALE,
-  OPT_SEED,
-  OPT_TRACE
-};
+enum { OPT_TRACE = LUNA__OPT_OWN };
 
 static const struct option long_options[] = {
-  {"fast", no_argument, NULL, OPT_FAST},
-  {"hz", required_argument, NULL, OPT_HZ},
-  {"fixed-hz", required_argument, NULL, OPT_FIXED_HZ},
-  {"frames", required_argument, NULL, OPT_FRAMES},
-  {"time-scale", required_argument, NULL, OPT_TIME_SCALE},
-  {"seed", required_argument, NULL, OPT_SEED},
+  LUNA__CLI_FRAME_OPTIONS,
   {"trace", required_argument, NULL, OPT_TRACE},
   {"help", no_argument, NULL, 'h'},
   {NULL, 0, NULL, 0}
@@ -83,62 +70,75 @@ int luna__cli_bad_value(const char *option, const char *value, const char *expec
                                expected);
 }
 
-/* The parser of run and repl: `repl` refuses --frames and any SCRIPT. */
-static int parse_options(int argc, char **argv, luna_run_options *opts, bool repl) {
-  long long n;
-  int c, index;
+void luna__cli_run_defaults(luna_run_options *opts) {
   memset(opts, 0, sizeof *opts);
   opts->frame_dt_ns = 16666667; /* round(1e9 / 60) */
   opts->fixed_dt_ns = 20000000; /* 1e9 / 50 */
   opts->time_scale = 1.0;
+}
+
+int luna__cli_frame_option(int c, const char *name, const char *arg, luna_run_options *opts) {
+  long long n;
+  switch (c) {
+  case LUNA__OPT_FAST:
+    opts->fast = true;
+    return -1;
+  case LUNA__OPT_HZ:
+  case LUNA__OPT_FIXED_HZ:
+    if (!luna__cli_parse_rate(arg, c == LUNA__OPT_HZ ? &opts->frame_dt_ns : &opts->fixed_dt_ns))
+      return luna__cli_bad_value(name, arg, "a rate in Hz from 1e-9 to 1e9");
+    return -1;
+  case LUNA__OPT_FRAMES:
+    if (!luna__cli_parse_integer(arg, false, &n))
+      return luna__cli_bad_value(name, arg, "a whole number >= 0");
+    opts->has_frames = true;
+    opts->frames = (uint64_t)n;
+    return -1;
+  case LUNA__OPT_TIME_SCALE:
+    if (!luna__cli_parse_time_scale(arg, &opts->time_scale))
+      return luna__cli_bad_value(name, arg, "a number from 0 to 1e6");
+    return -1;
+  default: /* LUNA__OPT_SEED */
+    if (!luna__cli_parse_integer(arg, true, &opts->seed))
+      return luna__cli_bad_value(name, arg, "an integer");
+    opts->has_seed = true;
+    return -1;
+  }
+}
+
+int luna__cli_getopt_error(int c, char **argv) {
+  if (c == ':')
+    return luna__cli_usage_error("option '%s' needs a value", argv[optind - 1]);
+  if (optopt != 0 && optopt < 256) /* an unknown short option, maybe in a cluster */
+    return luna__cli_usage_error("unknown option '-%c'", optopt);
+  return luna__cli_usage_error("unknown option '%s'", argv[optind - 1]);
+}
+
+/* The parser of run and repl: `repl` refuses --frames and any SCRIPT. */
+static int parse_options(int argc, char **argv, luna_run_options *opts, bool repl) {
+  int c, index;
+  luna__cli_run_defaults(opts);
   /* Reset getopt for a new argv: 0 re-initializes glibc's and musl's state.
      '+' stops at SCRIPT so that the script's own options stay its own. */
   optind = 0;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "+:h", long_options, &index)) != -1) {
-    const char *name = (c >= OPT_FAST) ? long_options[index].name : NULL;
-    switch (c) {
-    case 'h':
+    const char *name = (c >= LUNA__OPT_FAST) ? long_options[index].name : NULL;
+    int rc;
+    if (c == 'h') {
       luna__cli_usage(stdout);
       return LUNA_EXIT_OK;
-    case OPT_FAST:
-      opts->fast = true;
-      break;
-    case OPT_HZ:
-      if (!luna__cli_parse_rate(optarg, &opts->frame_dt_ns))
-        return luna__cli_bad_value(name, optarg, "a rate in Hz from 1e-9 to 1e9");
-      break;
-    case OPT_FIXED_HZ:
-      if (!luna__cli_parse_rate(optarg, &opts->fixed_dt_ns))
-        return luna__cli_bad_value(name, optarg, "a rate in Hz from 1e-9 to 1e9");
-      break;
-    case OPT_FRAMES:
-      if (repl)
-        return luna__cli_usage_error("repl: --frames is an option of run only");
-      if (!luna__cli_parse_integer(optarg, false, &n))
-        return luna__cli_bad_value(name, optarg, "a whole number >= 0");
-      opts->has_frames = true;
-      opts->frames = (uint64_t)n;
-      break;
-    case OPT_TIME_SCALE:
-      if (!luna__cli_parse_time_scale(optarg, &opts->time_scale))
-        return luna__cli_bad_value(name, optarg, "a number from 0 to 1e6");
-      break;
-    case OPT_SEED:
-      if (!luna__cli_parse_integer(optarg, true, &opts->seed))
-        return luna__cli_bad_value(name, optarg, "an integer");
-      opts->has_seed = true;
-      break;
-    case OPT_TRACE:
-      opts->trace = optarg;
-      break;
-    case ':':
-      return luna__cli_usage_error("option '%s' needs a value", argv[optind - 1]);
-    default:
-      if (optopt != 0 && optopt < 256) /* an unknown short option, maybe in a cluster */
-        return luna__cli_usage_error("unknown option '-%c'", optopt);
-      return luna__cli_usage_error("unknown option '%s'", argv[optind - 1]);
     }
+    if (c == OPT_TRACE) {
+      opts->trace = optarg;
+      continue;
+    }
+    if (c < LUNA__OPT_FAST || c >= LUNA__OPT_OWN)
+      return luna__cli_getopt_error(c, argv);
+    if (c == LUNA__OPT_FRAMES && repl)
+      return luna__cli_usage_error("repl: --frames is an option of run only");
+    if ((rc = luna__cli_frame_option(c, name, optarg, opts)) != -1)
+      return rc;
   }
   if (repl) {
     if (optind < argc)
