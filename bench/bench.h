@@ -36,6 +36,11 @@ void *bench_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
 long bench_live_bytes(void);
 long bench_allocs(void);
 
+/* Rounds of the per-frame workloads (W1, W2_steady, W6): 100, fewer for
+   very many tasks so the scaling runs stay short, at least 10. Every
+   implementation uses this one rule (Lua scripts as bench.rounds(n)). */
+long bench_rounds_for(long n);
+
 /* A new Lua state on bench_alloc with the standard libraries open. */
 lua_State *bench_new_state(void);
 

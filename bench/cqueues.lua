@@ -11,11 +11,6 @@ local sleep = cqueues.sleep
 
 local W = {}
 
-local function rounds_for(n)
-  local r = 10000000 // n
-  if r > 100 then return 100 elseif r < 10 then return 10 end
-  return r
-end
 
 local function step(cq)
   local ok, err = cq:step(0)
@@ -29,7 +24,7 @@ local function frames(cq, k)
 end
 
 function W.W1_yield(n)
-  local cq, R = cqueues.new(), rounds_for(n)
+  local cq, R = cqueues.new(), bench.rounds(n)
   local function body(r) for _ = 1, r do sleep(0) end end
   for _ = 1, n do cq:wrap(body, R + 2) end
   frames(cq, 2) -- the first step starts them
@@ -41,10 +36,8 @@ function W.W1_yield(n)
 end
 
 function W.W2_sleepers(n)
-  math.randomseed(42)
   local cq = cqueues.new()
-  local d = {}
-  for i = 1, n do d[i] = math.random() * 0.5 end
+  local d = bench.sleep_times(n)
   local done = 0
   local function body(s)
     sleep(s)

@@ -24,12 +24,6 @@
 
 #include "bench.h"
 
-/* Rounds of the per-frame workloads: 100, fewer for very many tasks so the
-   scaling runs stay short (the same rule as bench/lunaloop.lua). */
-static long rounds_for(long n) {
-  long r = 10000000 / n;
-  return r > 100 ? 100 : r < 10 ? 10 : r;
-}
 
 static const double DT = 1.0 / 60.0;
 
@@ -165,7 +159,7 @@ static void w4_memory(long n, bench_result *out) {
 
 static void w6_update(long n, bench_result *out) {
   lua_State *L = bench_new_state();
-  long rounds = rounds_for(n), r, i, a0;
+  long rounds = bench_rounds_for(n), r, i, a0;
   int64_t t0;
   bench_push_chunk(L, "return function(n)\n"
                       "  local fns = {}\n"
@@ -194,7 +188,7 @@ static void w6_update(long n, bench_result *out) {
 
 bool bench_limit(const char *workload, long n, bench_result *out) {
   if (strcmp(workload, "W1_yield") == 0)
-    round_robin(n, rounds_for(n),
+    round_robin(n, bench_rounds_for(n),
                 "local yield = coroutine.yield\n"
                 "return function(r) for i = 1, r do yield() end end",
                 out);

@@ -11,25 +11,12 @@ local bench = bench
 local DT = 1 / 60
 local W = {}
 
--- Rounds of the per-frame workloads: the rule of bench/limit.c.
-local function rounds_for(n)
-  local r = 10000000 // n
-  if r > 100 then return 100 elseif r < 10 then return 10 end
-  return r
-end
 
--- The seeded sleep times of W2, in [0, 0.5] s.
-local function sleep_times(n)
-  math.randomseed(42)
-  local d = {}
-  for i = 1, n do d[i] = math.random() * 0.5 end
-  return d
-end
 
 -- W1: n tasks each yield to the next frame; after one warm frame, R frames
 -- are measured: ns and allocations per resume (a yield round trip).
 function W.W1_yield(n)
-  local R = rounds_for(n)
+  local R = bench.rounds(n)
   local yield = task.yield
   local function body(r) for _ = 1, r do yield() end end
   for _ = 1, n do task.spawn(body, R + 2) end
@@ -45,7 +32,7 @@ end
 -- W2: n tasks each sleep a seeded random time in [0, 0.5] s, then finish;
 -- the spawning and every frame until the last one finished, per task.
 function W.W2_sleepers(n)
-  local d = sleep_times(n)
+  local d = bench.sleep_times(n)
   local spawn, delay = task.spawn, task.delay
   local function body(s) delay(s) end
   local t0 = bench.now()
@@ -131,7 +118,7 @@ end
 -- impl "lunaloop_tasks": n tasks that each yield every frame. After one warm
 -- frame, R frames are measured: ns and allocations per call (or resume).
 function W.W6_update(n)
-  local R = rounds_for(n)
+  local R = bench.rounds(n)
   if bench.impl == "lunaloop_tasks" then
     local yield = task.yield
     local function body()

@@ -14,11 +14,6 @@ local create, resume, status, cyield, running = coroutine.create, coroutine.resu
 
 local W = {}
 
-local function rounds_for(n)
-  local r = 10000000 // n
-  if r > 100 then return 100 elseif r < 10 then return 10 end
-  return r
-end
 
 local function check(ok, err)
   if not ok then error(err, 0) end
@@ -72,7 +67,7 @@ local function frames(k)
 end
 
 function W.W1_yield(n)
-  local R = rounds_for(n)
+  local R = bench.rounds(n)
   local yield = cyield
   local function body(r) for _ = 1, r do yield() end end
   for _ = 1, n do spawn_framed(body, R + 2) end
@@ -86,9 +81,8 @@ function W.W1_yield(n)
 end
 
 function W.W2_sleepers(n)
-  math.randomseed(42)
-  local d = {}
-  for i = 1, n do d[i] = math.floor(math.random() * 500) end
+  local d = bench.sleep_times(n) -- seconds; luv's timers take whole ms
+  for i = 1, n do d[i] = math.floor(d[i] * 1000) end
   local done = 0
   local function body(ms)
     sleep(ms)
@@ -180,7 +174,7 @@ end
 
 -- The update layer: an idle handle per callback, called every iteration.
 function W.W6_update(n)
-  local R = rounds_for(n)
+  local R = bench.rounds(n)
   local dt = 1 / 60
   local idles = {}
   for i = 1, n do

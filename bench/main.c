@@ -208,6 +208,38 @@ static int l_run_until_idle(lua_State *L) {
   return 2;
 }
 
+long bench_rounds_for(long n) {
+  long r = 10000000 / n;
+  return r > 100 ? 100 : r < 10 ? 10 : r;
+}
+
+/* bench.rounds(n) -> bench_rounds_for(n). */
+static int l_rounds(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)bench_rounds_for((long)luaL_checkinteger(L, 1)));
+  return 1;
+}
+
+/* bench.sleep_times(n) -> {n seconds in [0, 0.5)}: W2's sleep times, the
+   same in every implementation (math.randomseed(42), then math.random()
+   * 0.5 each, through the state's own math library). */
+static int l_sleep_times(lua_State *L) {
+  lua_Integer i, n = luaL_checkinteger(L, 1);
+  lua_getglobal(L, "math");
+  lua_getfield(L, -1, "randomseed");
+  lua_pushinteger(L, 42);
+  lua_call(L, 1, 0);
+  lua_getfield(L, -1, "random"); /* math, random */
+  lua_createtable(L, (int)n, 0);
+  for (i = 1; i <= n; i++) {
+    lua_pushvalue(L, -2);
+    lua_call(L, 0, 1);
+    lua_pushnumber(L, lua_tonumber(L, -1) * 0.5);
+    lua_remove(L, -2);
+    lua_rawseti(L, -2, i);
+  }
+  return 1;
+}
+
 static int l_tasks(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)luna_lua_task_count(host_L));
   return 1;
@@ -216,7 +248,8 @@ static int l_tasks(lua_State *L) {
 static const luaL_Reg bench_funcs[] = {
     {"now", l_now},       {"cpu", l_cpu},       {"mem", l_mem},
     {"allocs", l_allocs}, {"frames", l_frames}, {"run_until_idle", l_run_until_idle},
-    {"tasks", l_tasks},   {NULL, NULL}};
+    {"tasks", l_tasks},   {"rounds", l_rounds},   {"sleep_times", l_sleep_times},
+    {NULL, NULL}};
 
 /* The realtime clock follows the unscaled clock: virtual time. */
 static luna_ns virtual_realtime(void *ud) {

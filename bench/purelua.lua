@@ -62,18 +62,7 @@ local function scheduler()
   return S
 end
 
-local function rounds_for(n)
-  local r = 10000000 // n
-  if r > 100 then return 100 elseif r < 10 then return 10 end
-  return r
-end
 
-local function sleep_times(n)
-  math.randomseed(42)
-  local d = {}
-  for i = 1, n do d[i] = math.random() * 0.5 end
-  return d
-end
 
 local function frames(S, k)
   local frame = S.frame
@@ -88,7 +77,7 @@ local function run_until_idle(S)
 end
 
 function W.W1_yield(n)
-  local S, R = scheduler(), rounds_for(n)
+  local S, R = scheduler(), bench.rounds(n)
   local yield = S.yield
   local function body(r) for _ = 1, r do yield() end end
   for _ = 1, n do S.spawn(body, R + 2) end
@@ -101,7 +90,7 @@ function W.W1_yield(n)
 end
 
 function W.W2_sleepers(n)
-  local S, d = scheduler(), sleep_times(n)
+  local S, d = scheduler(), bench.sleep_times(n)
   local spawn, sleep = S.spawn, S.sleep
   local function body(s) sleep(s) end
   local t0 = bench.now()
@@ -185,7 +174,7 @@ end
 -- "purelua_pcall": each call protected, so one failing callback cannot stop
 -- the others (what task.on guarantees).
 function W.W6_update(n)
-  local R = rounds_for(n)
+  local R = bench.rounds(n)
   local fns = {}
   for i = 1, n do
     local x = 0
