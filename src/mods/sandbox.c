@@ -416,6 +416,13 @@ static void new_weak_set(lua_State *L, const void *key) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, key);
 }
 
+/* The globals a mod gets in place of the stock ones (set on its sandbox). */
+static const luaL_Reg replaced[] = {
+    {"loadfile", l_loadfile},         {"dofile", l_dofile},
+    {"require", l_require},           {"print", l_print},
+    {"setmetatable", l_setmetatable}, {"getmetatable", l_getmetatable},
+    {NULL, NULL}};
+
 void luna__sandbox_open(lua_State *L, luna__mod *m) {
   static const char *const base[] = {
       "assert", "error",  "ipairs", "next",     "pairs",  "pcall",    "xpcall",
@@ -438,18 +445,9 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   lua_getfield(L, G, "load");
   lua_pushcclosure(L, l_load, 1);
   lua_setfield(L, S, "load");
-  lua_pushcfunction(L, l_loadfile);
-  lua_setfield(L, S, "loadfile");
-  lua_pushcfunction(L, l_dofile);
-  lua_setfield(L, S, "dofile");
-  lua_pushcfunction(L, l_require);
-  lua_setfield(L, S, "require");
-  lua_pushcfunction(L, l_print);
-  lua_setfield(L, S, "print");
-  lua_pushcfunction(L, l_setmetatable);
-  lua_setfield(L, S, "setmetatable");
-  lua_pushcfunction(L, l_getmetatable);
-  lua_setfield(L, S, "getmetatable");
+  lua_pushvalue(L, S);
+  luaL_setfuncs(L, replaced, 0);
+  lua_pop(L, 1);
   lua_getfield(L, G, "collectgarbage");
   lua_pushcclosure(L, l_collectgarbage, 1);
   lua_setfield(L, S, "collectgarbage");
