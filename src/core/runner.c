@@ -19,6 +19,11 @@ void luna__runner_set_cost_source(luna__runner *r, luna_time_fn fn, void *ud) {
   r->cost_ud = fn ? ud : NULL;
 }
 
+void luna__runner_set_batch(luna__runner *r, luna_step_fn step, luna__batch_fn fn) {
+  r->batch_step = fn != NULL ? step : NULL;
+  r->batch_fn = step != NULL ? fn : NULL;
+}
+
 static luna_item_id make_id(uint32_t slot, uint32_t gen) {
   luna_item_id id;
   id.id = ((uint64_t)gen << 32) | (uint64_t)(slot + 1); /* never 0 */
@@ -314,8 +319,24 @@ bool luna__runner_run(luna__runner *r, int timing, luna_loop *loop) {
   if (it->defer_head != 0)
     defer_clear(r, it);
   for (i = 0; i < n; i++) {
-    if (it->a[i].step == NULL)
+    luna_step_fn step = it->a[i].step;
+    if (step == NULL)
       continue;
+    if (step == r->batch_step) {
+      luna__batch bt;
+      bt.a = it->a;
+      bt.i = i;
+      bt.n = n;
+      bt.step = step;
+      bt.stop = &loop->stop;
+      r->batch_fn(loop, &bt);
+      if (bt.i > i) {
+        i = bt.i - 1; /* the loop's i++ makes it the first one not taken */
+        if (luna__loop_stopping(loop))
+          return true;
+        continue;
+      }
+    }
     call_at(r, it, i, loop);
     if (luna__loop_stopping(loop))
       return true;

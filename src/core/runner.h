@@ -84,6 +84,49 @@ typedef struct luna__item_slot {
   uint8_t flags;       /* LUNA__SLOT_*; 0 when free */
 } luna__item_slot;
 
+/* Batches. One step function may be declared batched
+   (luna__runner_set_batch): the plain walk (no budget) then hands each
+   stretch of consecutive items with that step to the batch function in one
+   call instead of calling the step once per item. The batch function takes
+   the items one by one with luna__batch_peek / luna__batch_take, in array
+   order, and may stop early: the walk goes on with the first item it did
+   not take (if it took none, the walk calls that item's step itself). The
+   calls must keep the walk's rules: an item removed by an earlier call is
+   skipped (peek never returns it), nothing is taken once luna_loop_stop was
+   called (peek returns NULL), and an item is removed through
+   luna_item_remove, never by a return value. This is how the Lua binding
+   calls many task.on callbacks inside one protected call (the cost of
+   entering protected mode is paid once for the stretch, and again only
+   after a callback raised). Budgeted runs never batch: each item's cost is
+   measured there. */
+typedef struct luna__batch {
+  const luna__item *a; /* the timing's array: it does not move during a run */
+  size_t i, n;         /* the next index to look at; the end of the walk */
+  luna_step_fn step;   /* the batched step */
+  const bool *stop;    /* the loop's luna_loop_stop flag */
+} luna__batch;
+
+typedef void (*luna__batch_fn)(luna_loop *loop, luna__batch *bt);
+
+/* The argument of the next item of the stretch, without taking it; NULL
+   once the stretch ends (an item of another step, or the end of the walk)
+   or the loop is stopping. Skips removed items. */
+static inline void *luna__batch_peek(luna__batch *bt) {
+  if (*bt->stop)
+    return NULL;
+  for (; bt->i < bt->n; bt->i++) {
+    const luna__item *item = &bt->a[bt->i];
+    if (item->step == bt->step)
+      return item->arg;
+    if (item->step != NULL)
+      return NULL;
+  }
+  return NULL;
+}
+
+/* Takes the item luna__batch_peek returned: the caller calls it now. */
+static inline void luna__batch_take(luna__batch *bt) { bt->i++; }
+
 typedef struct luna__runner {
   luna__items items[LUNA_TIMING_COUNT];
   luna__item_slot *slots;
@@ -98,6 +141,9 @@ typedef struct luna__runner {
   void *cost_ud;
   uint64_t deferred[LUNA_TIMING_COUNT];        /* see luna_loop_stats */
   uint64_t budget_exceeded[LUNA_TIMING_COUNT];
+
+  luna_step_fn batch_step; /* NULL: no batches */
+  luna__batch_fn batch_fn;
 } luna__runner;
 
 void luna__runner_init(luna__runner *r);
@@ -132,6 +178,10 @@ void luna__runner_finish(luna__runner *r, int timing);
 
 /* Items registered at `timing` right now (live ones). */
 size_t luna__runner_count(const luna__runner *r, int timing);
+
+/* Declares `step` batched: the plain walk hands stretches of its items to
+   `fn` (see luna__batch). NULL, NULL: no batches. One per runner. */
+void luna__runner_set_batch(luna__runner *r, luna_step_fn step, luna__batch_fn fn);
 
 /* Installs the cost clock (NULL: CLOCK_MONOTONIC). */
 void luna__runner_set_cost_source(luna__runner *r, luna_time_fn fn, void *ud);

@@ -273,6 +273,11 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
 /* Message handler that keeps the error and stores its traceback; the
    traceback is then pushed (and forgotten) by luna__push_last_traceback. */
 int luna__msgh(lua_State *L);
+/* Lets the loop's runner call task.on callbacks in stretches, several in
+   one protected call (callbacks.c). Same for every binding of a loop. */
+void luna__install_batches(luna_loop *loop);
+/* True when f is the C function that calls a stretch of callbacks. */
+bool luna__is_stretch_frame(lua_CFunction f);
 void luna__push_last_traceback(lua_State *L);
 /* Removes the interrupt hook from a thread about to run its to-be-closed
    handlers, so cleanup runs even while an interrupt is pending. */

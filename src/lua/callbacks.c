@@ -48,6 +48,20 @@ static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
   h->ref = h->fn_ref = LUA_NOREF;
 }
 
+/* Reports the error on top of L (above `top`) of the callback h and
+   removes h; the observers heard the call end. */
+static void report_failure(luna__binding *b, luna__handle *h, lua_State *L) {
+  lua_Debug ar;
+  const char *what = "callback";
+  int err = lua_gettop(L);
+  luna__push_last_traceback(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
+  if (lua_getinfo(L, ">S", &ar))
+    what = lua_pushfstring(L, "callback %s:%d", ar.short_src, ar.linedefined);
+  luna__report(b, L, err, err + 1, 0, what);
+  deactivate(b, h, true);
+}
+
 /* Calls the handle's function in protected mode on L, whose top is `top`,
    with one argument: the count n of task.every when n > 0, else dt (task.on).
    A raising callback is reported and removed. Returns false when it raised. */
@@ -70,17 +84,8 @@ static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top
   st = lua_pcall(L, 1, 0, top + 1);
   LUNA__OBSERVE(b, on_call, L, false);
   luna__running = outer;
-  if (st != LUA_OK) {
-    lua_Debug ar;
-    const char *what = "callback";
-    int err = lua_gettop(L);
-    luna__push_last_traceback(L);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
-    if (lua_getinfo(L, ">S", &ar))
-      what = lua_pushfstring(L, "callback %s:%d", ar.short_src, ar.linedefined);
-    luna__report(b, L, err, err + 1, 0, what);
-    deactivate(b, h, true);
-  }
+  if (st != LUA_OK)
+    report_failure(b, h, L);
   lua_settop(L, top);
   return st == LUA_OK;
 }
@@ -92,6 +97,81 @@ static bool callback_step(luna_loop *loop, void *arg) {
   luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
   call_handle(h->b, h, L, lua_gettop(L), (lua_Number)dt / 1e9, 0);
   return h->active;
+}
+
+/* ---- batches ------------------------------------------------------------ */
+
+/* A stretch of task.on callbacks of one binding, called in one protected
+   call (the runner's batches, runner.h): a pcall costs a setjmp, a message
+   handler pushed and a stack reset, as much as the call itself, so a
+   stretch pays it once and again only after a callback raised. Each
+   callback is still isolated: the one that raised is reported and removed,
+   and the stretch goes on with the next. */
+typedef struct stretch {
+  luna__batch *bt;
+  luna__binding *b;
+  luna__handle *cur; /* the callback being called; NULL between calls */
+  lua_Number dt;
+} stretch;
+
+/* In protected mode: (stretch) -> nothing. Calls the callbacks of the
+   stretch's binding while the runner hands them out. */
+static int stretch_body(lua_State *L) {
+  stretch *s = (stretch *)lua_touserdata(L, 1);
+  luna__binding *b = s->b;
+  luna__handle *h;
+  while ((h = (luna__handle *)luna__batch_peek(s->bt)) != NULL && h->b == b) {
+    luna__batch_take(s->bt);
+    s->cur = h;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
+    lua_pushnumber(L, s->dt);
+    LUNA__OBSERVE(b, on_call, L, true);
+    lua_call(L, 1, 0);
+    LUNA__OBSERVE(b, on_call, L, false);
+    s->cur = NULL;
+  }
+  return 0;
+}
+
+bool luna__is_stretch_frame(lua_CFunction f) { return f == stretch_body; }
+
+/* The runner's batch function for callback_step: one protected call per
+   binding's stretch, a new one after each callback that raised. */
+static void callbacks_batch(luna_loop *loop, luna__batch *bt) {
+  luna__handle *h;
+  luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
+  while ((h = (luna__handle *)luna__batch_peek(bt)) != NULL) {
+    luna__binding *b = h->b;
+    lua_State *L = luna__exec_state(b), *outer = luna__running;
+    int top = lua_gettop(L), st;
+    stretch s;
+    s.bt = bt;
+    s.b = b;
+    s.dt = (lua_Number)dt / 1e9;
+    lua_checkstack(L, 8);
+    lua_pushcfunction(L, luna__msgh); /* top + 1 */
+    do {
+      s.cur = NULL;
+      lua_pushcfunction(L, stretch_body);
+      lua_pushlightuserdata(L, &s);
+      luna__running = L;
+      st = lua_pcall(L, 1, 0, top + 1);
+      luna__running = outer;
+      if (st != LUA_OK && s.cur != NULL) {
+        LUNA__OBSERVE(b, on_call, L, false);
+        report_failure(b, s.cur, L);
+      } else if (st != LUA_OK) { /* no callback was running: out of memory */
+        luna__push_last_traceback(L);
+        luna__report(b, L, top + 2, top + 3, 0, "callback");
+      }
+      lua_settop(L, top + 1);
+    } while (st != LUA_OK && s.cur != NULL);
+    lua_settop(L, top);
+  }
+}
+
+void luna__install_batches(luna_loop *loop) {
+  luna__runner_set_batch(&loop->runner, callback_step, callbacks_batch);
 }
 
 static const luna_clock timer_clock[LUNA_TIMER_KIND_COUNT] = {

@@ -248,6 +248,34 @@ static void a_reset_cancels_the_tasks_of_every_state(void **state) {
   luna_loop_free(loop);
 }
 
+/* Callbacks of two states registered in turn at one timing run in
+   registration order, each on its own state (the runner hands a stretch of
+   callbacks to one protected call per state, callbacks.c); one that raises
+   is reported to its own state, and the callbacks after it still run. */
+static void callbacks_of_several_states_interleave_in_registration_order(void **state) {
+  luna_loop *loop;
+  lua_State *a, *b;
+  (void)state;
+  shared_log[0] = '\0';
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  a = new_named_state(loop, "a");
+  b = new_named_state(loop, "b");
+  run(b, "task.on_error(function(e) berr = tostring(e) end)");
+  run(a, "task.on(function() record('a1') end)");
+  run(a, "task.on(function() record('a2') end)");
+  run(b, "task.on(function() record('b1'); if not raised then raised = true; error('b1 fails', 0) end end)");
+  run(b, "task.on(function() record('b2') end)");
+  run(a, "task.on(function() record('a3') end)");
+  frames(loop, 2);
+  assert_string_equal(shared_log, "a1 a2 b1 b2 a3 a1 a2 b2 a3");
+  expect_global(b, "berr", "b1 fails");
+  assert_int_equal(luna_lua_error_count(a), 0);
+  assert_int_equal(luna_lua_error_count(b), 1);
+  lua_close(a);
+  lua_close(b);
+  luna_loop_free(loop);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(each_state_counts_and_cancels_only_its_own_tasks),
@@ -255,6 +283,7 @@ int main(void) {
       cmocka_unit_test(closing_a_state_runs_close_handlers_first_in_creation_order),
       cmocka_unit_test(closing_a_state_removes_all_its_work_from_the_loop),
       cmocka_unit_test(a_reset_cancels_the_tasks_of_every_state),
+      cmocka_unit_test(callbacks_of_several_states_interleave_in_registration_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

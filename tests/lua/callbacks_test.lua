@@ -40,6 +40,36 @@ H.case("a_raising_callback_is_removed_and_reported_with_nil_task", function()
   good:remove()
 end)
 
+-- Callbacks run in stretches, several in one protected call (runner.h,
+-- callbacks.c): a raising callback must still be isolated, the stretch
+-- going on with the next one in the same frame, and its traceback must end
+-- at the callback as when it ran alone.
+H.case("raising_callbacks_inside_a_stretch_leave_the_rest_of_the_frame_running", function()
+  local reports, restore = H.capture_errors()
+  local log = {}
+  local hs = {}
+  for i = 1, 5 do
+    hs[i] = task.on("Update", function()
+      log[#log + 1] = i
+      if i == 2 or i == 4 then error("boom " .. i) end
+    end)
+  end
+  H.frames(2)
+  restore()
+  H.eq(log, {1, 2, 3, 4, 5, 1, 3, 5})
+  H.eq(#reports, 2)
+  H.has(reports[1].err, "boom 2")
+  H.has(reports[2].err, "boom 4")
+  for k = 1, 2 do
+    local tb = reports[k].tb
+    H.eq(tb:find("[C]: in ?", 1, true), nil, "no frame of the stretch: " .. tb)
+    H.has(tb:match("stack traceback:\n\t[^\n]*\n\t([^\n]*)"), "in function <")
+  end
+  H.eq({hs[1]:active(), hs[2]:active(), hs[3]:active(), hs[4]:active(), hs[5]:active()},
+       {true, false, true, false, true})
+  for i = 1, 5 do hs[i]:remove() end
+end)
+
 H.case("on_fixed_update_gets_fixed_dt", function()
   testhost.fixed_dt(0.02)
   local dts = {}
