@@ -69,6 +69,12 @@ struct luna_loop {
      a run then costs one branch. */
   bool profiling;
   luna_ns spent[LUNA_TIMING_COUNT];  /* cost-clock ns spent in each timing */
+
+  /* Warming ahead (luna__loop_set_warm): fn NULL when nobody asked. */
+  struct {
+    luna_fn fn;
+    void (*warm)(void *arg);
+  } warm;
 };
 
 /* Prefetches the memory at p for reading: a hint, never a fault, whatever
@@ -81,6 +87,22 @@ struct luna_loop {
 #else
 #define LUNA__PREFETCH(p) ((void)(p))
 #endif
+
+/* Warming ahead of a timer's call. Firing timers prefetches the argument
+   of the timer after the next one (see LUNA__PREFETCH); a client whose
+   timer callback `fn` takes an argument that points at more cold memory (a
+   Lua task and its coroutine) names it here, and `warm` is called with the
+   argument of the next timer with that fn just before the call before it,
+   when the argument is in cache, to prefetch what it points to. Timers
+   fire in deadline order, which for sleeping tasks is a random walk over
+   memory; continuations run in the order they were queued, mostly the
+   order the tasks were made in, which the hardware prefetcher follows
+   (warming them was measured too, and only added its call). warm must only
+   prefetch. One client per loop; fn NULL turns it off. Loop thread only. */
+static inline void luna__loop_set_warm(luna_loop *loop, luna_fn fn, void (*warm)(void *arg)) {
+  loop->warm.fn = warm != NULL ? fn : NULL;
+  loop->warm.warm = warm;
+}
 
 /* True once luna_loop_stop was called in the current run: the modules check
    it after every callback and return at once, keeping what is left. */

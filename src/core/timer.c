@@ -364,12 +364,18 @@ bool luna__timers_fire(luna__timers *tm, int timing,
       luna_fn fn = t->fn;
       void *arg = t->arg;
       h->due--;
-      /* The slot after next, so that reading the next one's arg does not
-         wait, and what that arg points to (usually a Lua task, cold). */
+      /* Three ahead: its slot, so that reading its arg later does not
+         wait; two ahead: what that arg points to (usually a Lua task,
+         cold); the next one: warmed (luna__loop_set_warm). */
+      if (h->due > 2)
+        LUNA__PREFETCH(&tm->slots[h->a[h->cap - h->due + 2].slot]);
       if (h->due > 1)
-        LUNA__PREFETCH(&tm->slots[h->a[h->cap - h->due + 1].slot]);
-      if (h->due > 0)
-        LUNA__PREFETCH(tm->slots[h->a[h->cap - h->due].slot].arg);
+        LUNA__PREFETCH(tm->slots[h->a[h->cap - h->due + 1].slot].arg);
+      if (h->due > 0) {
+        const luna__timer *next = &tm->slots[h->a[h->cap - h->due].slot];
+        if (next->fn == loop->warm.fn && next->fn != NULL)
+          loop->warm.warm(next->arg);
+      }
       free_slot(tm, idx);
       if (fn == NULL)
         continue; /* cancelled after it was collected */

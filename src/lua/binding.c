@@ -353,7 +353,7 @@ static int create_binding(lua_State *L, luna_loop *loop, bool owns) {
   b->loop = loop;
   b->owns_loop = owns;
   b->exit_code = -1;
-  luna__install_batches(loop);
+  luna__tune_loop(loop);
   rc = luna_loop_add_listener(loop, on_loop_event, b);
   if (rc != 0) {
     lua_pop(L, 1);

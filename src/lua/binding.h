@@ -273,9 +273,11 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
 /* Message handler that keeps the error and stores its traceback; the
    traceback is then pushed (and forgotten) by luna__push_last_traceback. */
 int luna__msgh(lua_State *L);
-/* Lets the loop's runner call task.on callbacks in stretches, several in
-   one protected call (callbacks.c). Same for every binding of a loop. */
-void luna__install_batches(luna_loop *loop);
+/* Sets the loop up for the binding, the same for every binding of a loop
+   (callbacks.c): the runner calls task.on callbacks in stretches, several
+   in one protected call, and firing timers warms the coroutine of a task
+   one call ahead of resuming it (luna__warm_task). */
+void luna__tune_loop(luna_loop *loop);
 /* True when f is the C function that calls a stretch of callbacks. */
 bool luna__is_stretch_frame(lua_CFunction f);
 void luna__push_last_traceback(lua_State *L);
@@ -335,6 +337,8 @@ void luna__resume_cb(luna_loop *loop, void *arg);
 void luna__start_cb(luna_loop *loop, void *arg);
 /* The callback of the timer of a delay or frame wait (arg: the task). */
 void luna__timer_cb(luna_loop *loop, void *arg);
+/* Prefetches the lua_State of the task `arg` (luna__loop_set_warm). */
+void luna__warm_task(void *arg);
 
 /* ---- await.c ------------------------------------------------------------ */
 /* Checks that L is a task that may await now and returns it; raises a clear

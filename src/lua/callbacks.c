@@ -170,8 +170,9 @@ static void callbacks_batch(luna_loop *loop, luna__batch *bt) {
   }
 }
 
-void luna__install_batches(luna_loop *loop) {
+void luna__tune_loop(luna_loop *loop) {
   luna__runner_set_batch(&loop->runner, callback_step, callbacks_batch);
+  luna__loop_set_warm(loop, luna__timer_cb, luna__warm_task);
 }
 
 static const luna_clock timer_clock[LUNA_TIMER_KIND_COUNT] = {

@@ -207,6 +207,39 @@ static void cancelling_a_collected_timer_before_its_call_prevents_it(void **stat
   assert_int_equal(f->loop->timers.heaps[LUNA_UPDATE * 5 + 1].live, 0);
 }
 
+/* luna__loop_set_warm: the warm function gets the argument of the next
+   timer with the named fn, once, just before the call before it; never
+   that of another fn, nor of a timer cancelled after it was collected. */
+static void warm_log(void *arg) { log_push(100 + (long)(intptr_t)arg); }
+
+static void warmed_fn(luna_loop *loop, void *arg) {
+  log_push((long)(intptr_t)arg);
+  if ((long)(intptr_t)arg == 1 || (long)(intptr_t)arg == 6)
+    assert_int_equal(luna_timer_cancel(loop, victim), 0);
+}
+
+static void warm_runs_one_call_ahead_for_its_fn_only(void **state) {
+  fixture *f = *state;
+  luna__loop_set_warm(f->loop, warmed_fn, warm_log);
+  luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 1, warmed_fn, I2P(1), NULL);
+  luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 2, warmed_fn, I2P(2), NULL);
+  luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 3, log_fn, I2P(3), NULL);
+  luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 4, warmed_fn, I2P(4), &victim);
+  luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 5, warmed_fn, I2P(5), NULL);
+  assert_int_equal(luna_loop_frame(f->loop, 0.1), 0);
+  /* 2 is warmed before 1's call; 4 (cancelled by 1) never; 5 before 4's
+     turn, which is skipped. */
+  ASSERT_LOG(102, 1, 2, 3, 105, 5);
+  /* Off: nothing is warmed, not even a cancelled timer (whose fn is NULL,
+     like the one named). */
+  luna__loop_set_warm(f->loop, NULL, warm_log);
+  luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 0, warmed_fn, I2P(6), NULL);
+  luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 0, warmed_fn, I2P(7), NULL);
+  luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_SCALED, 0, warmed_fn, I2P(8), &victim);
+  assert_int_equal(luna_loop_frame(f->loop, 0.1), 0);
+  ASSERT_LOG(102, 1, 2, 3, 105, 5, 6, 7);
+}
+
 static luna_timer_id self_id;
 static void cancel_self(luna_loop *loop, void *arg) {
   (void)arg;
@@ -788,6 +821,7 @@ int main(void) {
       T(cancel_pending_timer_and_stale_handles),
       T(cancelling_a_collected_timer_before_its_call_prevents_it),
       T(a_firing_timer_reads_its_own_handle_as_stale),
+      T(warm_runs_one_call_ahead_for_its_fn_only),
       T(deadlines_clamp_to_ns_max_beyond_the_clocks_reach),
       T(time_scale_zero_holds_scaled_timers_but_not_unscaled_ones),
       T(realtime_is_read_once_per_run_and_only_when_needed),
