@@ -324,7 +324,7 @@ bool luna__runner_run(luna__runner *r, int timing, luna_loop *loop) {
       continue;
     if (step == r->batch_step) {
       luna__batch bt;
-      bt.a = it->a;
+      bt.a = &it->a;
       bt.i = i;
       bt.n = n;
       bt.step = step;

@@ -100,7 +100,9 @@ typedef struct luna__item_slot {
    after a callback raised). Budgeted runs never batch: each item's cost is
    measured there. */
 typedef struct luna__batch {
-  const luna__item *a; /* the timing's array: it does not move during a run */
+  luna__item *const *a; /* &the timing's array: its length is fixed during a
+                           run, but an item added by a call may make room
+                           for the merge at the run's end, moving it */
   size_t i, n;         /* the next index to look at; the end of the walk */
   luna_step_fn step;   /* the batched step */
   const bool *stop;    /* the loop's luna_loop_stop flag */
@@ -115,7 +117,7 @@ static inline void *luna__batch_peek(luna__batch *bt) {
   if (*bt->stop)
     return NULL;
   for (; bt->i < bt->n; bt->i++) {
-    const luna__item *item = &bt->a[bt->i];
+    const luna__item *item = &(*bt->a)[bt->i];
     if (item->step == bt->step)
       return item->arg;
     if (item->step != NULL)

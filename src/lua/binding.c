@@ -64,48 +64,36 @@ bool luna__is_timeout_error(lua_State *L, int idx) {
   return lua_istable(L, idx) && has_metatable(L, idx, LUNA__TIMEOUT_MT);
 }
 
-/* The level of L's stack that runs a stretch of callbacks (callbacks.c),
-   or 0 when there is none or the traceback will skip levels (past 22 of
-   them, luaL_traceback shows the first 10 and the last 11). */
-static int stretch_level(lua_State *L) {
-  lua_Debug ar;
-  int level, found = 0;
-  for (level = 1; lua_getstack(L, level, &ar); level++) {
-    if (lua_getinfo(L, "f", &ar) && luna__is_stretch_frame(lua_tocfunction(L, -1)))
-      found = level;
-    lua_pop(L, 1);
-  }
-  return level - 2 > 21 ? 0 : found;
-}
-
-/* Removes line `k` (level k, from 1) from the traceback on top of L. */
-static void drop_traceback_line(lua_State *L, int k) {
+/* Removes the line `k` lines from the end (1: the last) from the
+   traceback on top of L; nothing when it has fewer lines. */
+static void drop_line_from_end(lua_State *L, int k) {
   size_t len;
-  const char *tb = lua_tolstring(L, -1, &len), *from = tb, *to;
-  while (k-- > 0 && from != NULL)
-    from = strstr(from + 1, "\n\t");
-  if (from == NULL)
+  const char *tb = lua_tolstring(L, -1, &len), *p = tb + len, *to = tb + len;
+  while (k > 0 && p > tb) {
+    p--;
+    if (p[0] == '\n' && p + 1 < tb + len && p[1] == '\t' && --k > 0)
+      to = p;
+  }
+  if (k > 0)
     return;
-  to = strstr(from + 1, "\n\t");
-  if (to == NULL)
-    to = tb + len;
-  lua_pushlstring(L, tb, (size_t)(from - tb));
+  lua_pushlstring(L, tb, (size_t)(p - tb));
   lua_pushlstring(L, to, len - (size_t)(to - tb));
   lua_concat(L, 2);
   lua_remove(L, -2);
 }
 
+void luna__store_traceback(lua_State *L, int drop) {
+  luaL_traceback(L, L, NULL, 1);
+  if (drop > 0)
+    drop_line_from_end(L, drop);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &traceback_key);
+}
+
 /* Message handler for protected calls of callbacks: keeps the error value
    unchanged (so handlers see exactly what was raised) and stores the
-   traceback aside, for luna__push_last_traceback. The C function that
-   calls a stretch of callbacks is left out of it: a callback's traceback
-   ends at the callback, whether it ran alone or in a stretch. */
+   traceback aside, for luna__push_last_traceback. */
 int luna__msgh(lua_State *L) {
-  int stretch = stretch_level(L);
-  luaL_traceback(L, L, NULL, 1);
-  if (stretch > 0)
-    drop_traceback_line(L, stretch);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &traceback_key);
+  luna__store_traceback(L, 0);
   lua_settop(L, 1);
   return 1;
 }

@@ -208,6 +208,8 @@ struct luna__binding {
     size_t count, cap;   /* cap >= nslots: releasing never allocates */
   } free_slots;          /* free slots of the anchor table */
   int nslots;            /* slots of the anchor table made so far */
+  int stretch_tb_line;   /* while a stretch of callbacks runs: its frame's
+                            line from the end of a traceback (callbacks.c) */
   /* registered task.on handles */
   luna__handle *handles;
   size_t nhandles;
@@ -278,8 +280,10 @@ int luna__msgh(lua_State *L);
    in one protected call, and firing timers warms the coroutine of a task
    one call ahead of resuming it (luna__warm_task). */
 void luna__tune_loop(luna_loop *loop);
-/* True when f is the C function that calls a stretch of callbacks. */
-bool luna__is_stretch_frame(lua_CFunction f);
+/* luna__msgh's work: stores the traceback of L from level 1 aside, with
+   the line `drop` lines from its end left out when drop > 0 (a stretch of
+   callbacks leaves its own C frame out, callbacks.c). */
+void luna__store_traceback(lua_State *L, int drop);
 void luna__push_last_traceback(lua_State *L);
 /* Removes the interrupt hook from a thread about to run its to-be-closed
    handlers, so cleanup runs even while an interrupt is pending. */

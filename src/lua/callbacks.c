@@ -106,67 +106,113 @@ static bool callback_step(luna_loop *loop, void *arg) {
    handler pushed and a stack reset, as much as the call itself, so a
    stretch pays it once and again only after a callback raised. Each
    callback is still isolated: the one that raised is reported and removed,
-   and the stretch goes on with the next. */
+   and the stretch goes on with the next in a new protected call. */
 typedef struct stretch {
   luna__batch *bt;
   luna__binding *b;
+  luna_loop *loop;
+  lua_State *outer;  /* luna__running outside the callbacks */
   luna__handle *cur; /* the callback being called; NULL between calls */
-  lua_Number dt;
+  int tb_line;       /* the stretch's line in a traceback, from its end; 0:
+                        not known (more than 10 levels below it) */
 } stretch;
 
 /* In protected mode: (stretch) -> nothing. Calls the callbacks of the
-   stretch's binding while the runner hands them out. */
+   stretch's binding while the runner hands them out, each as in
+   call_handle: dt read at the call, luna__running set only during it. */
 static int stretch_body(lua_State *L) {
   stretch *s = (stretch *)lua_touserdata(L, 1);
   luna__binding *b = s->b;
+  luna_loop *loop = s->loop;
   luna__handle *h;
   while ((h = (luna__handle *)luna__batch_peek(s->bt)) != NULL && h->b == b) {
+    luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
     luna__batch_take(s->bt);
     s->cur = h;
     lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
-    lua_pushnumber(L, s->dt);
+    lua_pushnumber(L, (lua_Number)dt / 1e9);
     LUNA__OBSERVE(b, on_call, L, true);
+    luna__running = L;
     lua_call(L, 1, 0);
+    luna__running = s->outer;
     LUNA__OBSERVE(b, on_call, L, false);
     s->cur = NULL;
   }
   return 0;
 }
 
-bool luna__is_stretch_frame(lua_CFunction f) { return f == stretch_body; }
+/* The message handler of a stretch: luna__msgh without the stretch's own
+   frame, so that a callback's traceback reads the same whether it ran
+   alone or in a stretch. The frame's line is counted from the end of the
+   traceback: however deep the callback went (luaL_traceback then skips
+   levels in the middle) and whatever tail calls it made, the lines below
+   the frame are those of the levels that were there when the stretch
+   began (next_frame_line). A linear cost: looking the frame up level by
+   level would cost the square of the depth (lua_getstack walks from the
+   top), minutes for a stack overflow. */
+static int stretch_msgh(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  luna__store_traceback(L, b != NULL ? b->stretch_tb_line : 0);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* The lines that the levels of L's stack take at the end of a traceback
+   (a level's own, and one more for a tail call), plus one: the line of a
+   function called now. 0 past 10 levels, where luaL_traceback may skip
+   some of them (it keeps the last 11 levels). */
+static int next_frame_line(lua_State *L) {
+  lua_Debug ar;
+  int level, lines = 1;
+  for (level = 0; lua_getstack(L, level, &ar); level++) {
+    if (level == 10)
+      return 0;
+    lines++;
+    if (lua_getinfo(L, "t", &ar) && ar.istailcall)
+      lines++;
+  }
+  return lines;
+}
 
 /* The runner's batch function for callback_step: one protected call per
-   binding's stretch, a new one after each callback that raised. */
+   binding's stretch, a new one after each callback that raised. A failure
+   that no callback raised (a debug hook on the stretch's C function, say)
+   is dropped and the stretch ends: the runner then calls the next callback
+   on its own, through callback_step, which reports what that callback
+   does. */
 static void callbacks_batch(luna_loop *loop, luna__batch *bt) {
   luna__handle *h;
-  luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
   while ((h = (luna__handle *)luna__batch_peek(bt)) != NULL) {
     luna__binding *b = h->b;
-    lua_State *L = luna__exec_state(b), *outer = luna__running;
-    int top = lua_gettop(L), st;
+    lua_State *L = luna__exec_state(b);
+    int top = lua_gettop(L), st, saved_line = b->stretch_tb_line;
     stretch s;
     s.bt = bt;
     s.b = b;
-    s.dt = (lua_Number)dt / 1e9;
+    s.loop = loop;
+    s.outer = luna__running;
     lua_checkstack(L, 8);
-    lua_pushcfunction(L, luna__msgh); /* top + 1 */
+    b->stretch_tb_line = next_frame_line(L);
+    lua_pushcfunction(L, stretch_msgh); /* top + 1 */
     do {
       s.cur = NULL;
       lua_pushcfunction(L, stretch_body);
       lua_pushlightuserdata(L, &s);
-      luna__running = L;
       st = lua_pcall(L, 1, 0, top + 1);
-      luna__running = outer;
+      luna__running = s.outer;
       if (st != LUA_OK && s.cur != NULL) {
         LUNA__OBSERVE(b, on_call, L, false);
         report_failure(b, s.cur, L);
-      } else if (st != LUA_OK) { /* no callback was running: out of memory */
-        luna__push_last_traceback(L);
-        luna__report(b, L, top + 2, top + 3, 0, "callback");
       }
       lua_settop(L, top + 1);
     } while (st != LUA_OK && s.cur != NULL);
+    b->stretch_tb_line = saved_line;
     lua_settop(L, top);
+    if (st != LUA_OK) {
+      luna__push_last_traceback(L); /* forget it */
+      lua_settop(L, top);
+      return;
+    }
   }
 }
 

@@ -4,7 +4,8 @@
 ** function in one call, in array order; items of other steps end a
 ** stretch; removed items are never handed out; a stop ends the stretch and
 ** the run; a batch that takes nothing leaves the item to its own step; a
-** budgeted run calls each item.
+** budgeted run calls each item; an item added during the stretch may move
+** the array, and the stretch follows it.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,9 +24,15 @@
 
 static luna_item_id ids[16];
 
+static bool other_step(luna_loop *loop, void *arg) {
+  (void)loop;
+  log_push((long)(intptr_t)arg);
+  return true;
+}
+
 /* The batched step. arg 1..99: logs it; 100 + k: logs it and removes item
    k; 200 + k: logs it and stops the loop; 300 + k: logs it and adds a
-   batched item 9. */
+   batched item 9; 400 + k: logs it and adds 100 items of other_step (8). */
 static bool action_step(luna_loop *loop, void *arg) {
   long a = (long)(intptr_t)arg;
   log_push(a);
@@ -33,14 +40,11 @@ static bool action_step(luna_loop *loop, void *arg) {
     luna_item_remove(loop, ids[a - 100]);
   else if (a >= 200 && a < 300)
     luna_loop_stop(loop);
-  else if (a >= 300)
+  else if (a >= 300 && a < 400)
     luna_item_add(loop, LUNA_UPDATE, action_step, I2P(9), &ids[9]);
-  return true;
-}
-
-static bool other_step(luna_loop *loop, void *arg) {
-  (void)loop;
-  log_push((long)(intptr_t)arg);
+  else if (a >= 400) /* past the array's room: the runner moves it */
+    for (int k = 0; k < 100; k++)
+      luna_item_add(loop, LUNA_UPDATE, other_step, I2P(8), NULL);
   return true;
 }
 
@@ -130,6 +134,17 @@ static void items_added_during_a_stretch_wait_for_the_next_run(void **state) {
   ASSERT_LOG(BATCH_MARK, 301, 2, BATCH_MARK, 2, 9);
 }
 
+static void a_stretch_follows_the_array_when_an_addition_moves_it(void **state) {
+  fixture *f = *state;
+  add(f, action_step, 401, 1);
+  add(f, action_step, 103, 2); /* removes item 3, read from the moved array */
+  add(f, action_step, 3, 3);
+  add(f, action_step, 4, 4);
+  assert_int_equal(luna_loop_run(f->loop, LUNA_UPDATE), 0);
+  ASSERT_LOG(BATCH_MARK, 401, 103, 4);
+  assert_int_equal(luna__runner_count(&f->loop->runner, LUNA_UPDATE), 103);
+}
+
 static void a_batch_that_stops_early_gets_the_rest_again(void **state) {
   fixture *f = *state;
   take_limit = 2;
@@ -182,6 +197,7 @@ int main(void) {
       T(an_item_removed_by_an_earlier_call_is_not_handed_out),
       T(a_stop_ends_the_stretch_and_the_run),
       T(items_added_during_a_stretch_wait_for_the_next_run),
+      T(a_stretch_follows_the_array_when_an_addition_moves_it),
       T(a_batch_that_stops_early_gets_the_rest_again),
       T(an_item_the_batch_does_not_take_is_called_by_its_step),
       T(budgeted_runs_call_each_item_by_its_step),

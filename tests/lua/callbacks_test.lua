@@ -70,6 +70,106 @@ H.case("raising_callbacks_inside_a_stretch_leave_the_rest_of_the_frame_running",
   for i = 1, 5 do hs[i]:remove() end
 end)
 
+-- A callback that adds callbacks during the run makes the runner grow its
+-- array for the merge at the run's end: the stretch must follow the move
+-- (it read the old array once: a use after free, and a removed callback
+-- still called).
+H.case("callbacks_added_during_a_stretch_do_not_resurrect_removed_ones", function()
+  local reports, restore = H.capture_errors()
+  local log, added, late = {}, {}, nil
+  local first = task.on("Update", function()
+    log[#log + 1] = "first"
+    if #added == 0 then
+      for i = 1, 200 do added[i] = task.on("Update", function() end) end
+      late:remove()
+    end
+  end)
+  local middle = task.on("Update", function() log[#log + 1] = "middle" end)
+  late = task.on("Update", function() log[#log + 1] = "late" end)
+  H.frames(2)
+  restore()
+  H.eq(log, {"first", "middle", "first", "middle"})
+  H.eq(#reports, 0)
+  first:remove(); middle:remove()
+  for i = 1, #added do added[i]:remove() end
+  H.eq(testhost.callback_count(), 0)
+end)
+
+H.case("a_callback_traceback_keeps_its_tail_call_line", function()
+  local reports, restore = H.capture_errors()
+  local function g() error("tail boom") end
+  local h = task.on("Update", function() return g() end)
+  H.frames(1)
+  restore()
+  H.eq(#reports, 1)
+  H.has(reports[1].tb, "(...tail calls...)")
+  H.eq(reports[1].tb:find("[C]: in ?", 1, true), nil, reports[1].tb)
+  h:remove()
+end)
+
+H.case("a_deep_callback_traceback_skips_levels_but_not_into_the_stretch", function()
+  local reports, restore = H.capture_errors()
+  local function rec(n) if n == 0 then error("deep boom") end rec(n - 1) end
+  local h = task.on("Update", function() rec(40) end)
+  H.frames(1)
+  restore()
+  H.eq(#reports, 1)
+  H.has(reports[1].tb, "(skipping ")
+  H.eq(reports[1].tb:find("[C]: in ?", 1, true), nil)
+  h:remove()
+end)
+
+-- A stack overflow in a callback is reported like any error, and at once:
+-- finding the stretch's frame must not cost the square of the depth.
+H.case("a_stack_overflow_in_a_callback_is_reported_and_the_rest_run", function()
+  local reports, restore = H.capture_errors()
+  local function f(n) return 1 + f(n + 1) end
+  local after = 0
+  local bad = task.on("Update", function() f(1) end)
+  local good = task.on("Update", function() after = after + 1 end)
+  H.frames(2)
+  restore()
+  H.eq({#reports, after, bad:active(), good:active()}, {1, 2, false, true})
+  H.has(reports[1].err, "stack overflow")
+  good:remove()
+end)
+
+-- The stretch's own C function is an implementation detail: a debug hook
+-- that refuses calls of unnamed C functions must not fail the callbacks
+-- (they then run one protected call each, as before stretches existed).
+H.case("a_hook_that_refuses_the_stretch_frame_fails_no_callback", function()
+  local reports, restore = H.capture_errors()
+  local calls = 0
+  local hooker = task.on("Update", function()
+    debug.sethook(function()
+      local info = debug.getinfo(2, "Sn")
+      if info.what == "C" and info.name == nil then error("hook says no") end
+    end, "c")
+  end)
+  local counter = task.on("Update", function() calls = calls + 1 end)
+  H.frames(3)
+  debug.sethook()
+  restore()
+  H.eq({calls, #reports, hooker:active(), counter:active()}, {3, 0, true, true})
+  hooker:remove(); counter:remove()
+end)
+
+-- dt is read at each call, so a fixed step changed by one callback is seen
+-- by the next one in the same run, as task.delta_time() sees it.
+H.case("dt_is_read_at_each_call_of_a_stretch", function()
+  testhost.fixed_dt(0.02)
+  local seen = {}
+  local h1 = task.on("FixedUpdate", function(dt)
+    if #seen == 0 then testhost.fixed_dt(0.01) end
+    seen[#seen + 1] = dt
+  end)
+  local h2 = task.on("FixedUpdate", function(dt) seen[#seen + 1] = dt; seen[#seen + 1] = task.delta_time() end)
+  H.frames(1, 0.05)
+  h1:remove(); h2:remove()
+  testhost.fixed_dt(0.02)
+  H.eq({seen[1], seen[2], seen[3]}, {0.02, 0.01, 0.01})
+end)
+
 H.case("on_fixed_update_gets_fixed_dt", function()
   testhost.fixed_dt(0.02)
   local dts = {}
