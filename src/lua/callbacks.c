@@ -48,8 +48,8 @@ static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
   h->ref = h->fn_ref = LUA_NOREF;
 }
 
-/* Reports the error on top of L (above `top`) of the callback h and
-   removes h; the observers heard the call end. */
+/* Reports the error on top of L, which the callback h raised (its
+   traceback stored aside by the message handler), and removes h. */
 static void report_failure(luna__binding *b, luna__handle *h, lua_State *L) {
   lua_Debug ar;
   const char *what = "callback";
@@ -113,8 +113,6 @@ typedef struct stretch {
   luna_loop *loop;
   lua_State *outer;  /* luna__running outside the callbacks */
   luna__handle *cur; /* the callback being called; NULL between calls */
-  int tb_line;       /* the stretch's line in a traceback, from its end; 0:
-                        not known (more than 10 levels below it) */
 } stretch;
 
 /* In protected mode: (stretch) -> nothing. Calls the callbacks of the

@@ -646,16 +646,12 @@ void luna__resume_cb(luna_loop *loop, void *arg) {
   }
 }
 
-/* The timer of a delay or frame wait fired. A cancelled task's timer was
-   cancelled with it, so t is waiting on it. When nothing is resuming and
-   nobody is queued ahead, t is resumed here rather than through the ready
-   queue: the same order, one call level less (see resume). */
 /* The loop's warm function (luna__loop_set_warm) for the timers that
    resume a task: firing prefetched the task two calls ahead, so here, one
    call ahead, the task is in cache and its coroutine's lua_State (about
-   200 bytes, another allocation) is asked for. W2_steady of the benchmark suite (10,000 tasks, each waking
-   from task.delay in deadline order, a random walk over memory): 268 ->
-   231 ns a round trip. */
+   200 bytes, another allocation) is asked for. W2_steady of the benchmark
+   suite (10,000 tasks, each waking from task.delay in deadline order, a
+   random walk over memory): 268 -> 231 ns a round trip. */
 void luna__warm_task(void *arg) {
   const char *co = (const char *)((const luna__task *)arg)->co;
   LUNA__PREFETCH(co);
@@ -663,6 +659,10 @@ void luna__warm_task(void *arg) {
   LUNA__PREFETCH(co + 128);
 }
 
+/* The timer of a delay or frame wait fired. A cancelled task's timer was
+   cancelled with it, so t is waiting on it. When nothing is resuming and
+   nobody is queued ahead, t is resumed here rather than through the ready
+   queue: the same order, one call level less (see resume). */
 void luna__timer_cb(luna_loop *loop, void *arg) {
   luna__task *t = (luna__task *)arg;
   luna__binding *b = t->b;
