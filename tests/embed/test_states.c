@@ -40,15 +40,33 @@ static lua_State *new_named_state(luna_loop *loop, const char *name) {
   return L;
 }
 
+/* A clear shared log, a loop, and state a (and b when asked for). */
+static luna_loop *open_states(lua_State **a, lua_State **b) {
+  luna_loop *loop;
+  shared_log[0] = '\0';
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  *a = new_named_state(loop, "a");
+  if (b != NULL)
+    *b = new_named_state(loop, "b");
+  return loop;
+}
+
+/* Closes the states (NULL: already closed), then frees the loop. */
+static void close_states(luna_loop *loop, lua_State *a, lua_State *b) {
+  if (a != NULL)
+    lua_close(a);
+  if (b != NULL)
+    lua_close(b);
+  luna_loop_free(loop);
+}
+
 /* Counts, cancel_all, errors and exit requests are per state. */
 static void each_state_counts_and_cancels_only_its_own_tasks(void **state) {
   luna_loop *loop;
   lua_State *a, *b;
   int code;
   (void)state;
-  assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  a = new_named_state(loop, "a");
-  b = new_named_state(loop, "b");
+  loop = open_states(&a, &b);
   run(a, "for i = 1, 3 do task.spawn(function() task.delay(100) end) end\n"
          "task.on('Update', function() end)");
   run(b, "ticks = 0\n"
@@ -76,9 +94,7 @@ static void each_state_counts_and_cancels_only_its_own_tasks(void **state) {
   assert_true(luna_lua_exit_requested(a, &code));
   assert_int_equal(code, 3);
   assert_false(luna_lua_exit_requested(b, NULL));
-  lua_close(a);
-  lua_close(b);
-  luna_loop_free(loop);
+  close_states(loop, a, b);
 }
 
 /* When a's task calls host code that runs b's scripts (spawns a task in b),
@@ -98,9 +114,7 @@ static void a_state_sees_its_own_current_task_inside_another_states_call(void **
   luna_loop *loop;
   lua_State *a, *b;
   (void)state;
-  assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  a = new_named_state(loop, "a");
-  b = new_named_state(loop, "b");
+  loop = open_states(&a, &b);
   other_state = b;
   lua_pushcfunction(a, l_spawn_in_other);
   lua_setglobal(a, "spawn_in_b");
@@ -123,9 +137,7 @@ static void a_state_sees_its_own_current_task_inside_another_states_call(void **
   assert_int_equal(luna_lua_task_count(a), 0);
   assert_int_equal(luna_lua_task_count(b), 1);
   run(b, "assert(victim:status() == 'suspended'); victim:cancel()");
-  lua_close(a);
-  lua_close(b);
-  luna_loop_free(loop);
+  close_states(loop, a, b);
 }
 
 /* Closing a state cancels its tasks first, in creation order; their
@@ -135,9 +147,7 @@ static void closing_a_state_runs_close_handlers_first_in_creation_order(void **s
   luna_loop *loop;
   lua_State *a;
   (void)state;
-  shared_log[0] = '\0';
-  assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  a = new_named_state(loop, "a");
+  loop = open_states(&a, NULL);
   run(a, "for i = 1, 3 do task.spawn(function()\n"
          "  local r <close> = setmetatable({}, {__close = function(_, e)\n"
          "    record(string.format('%s%d:%s@%d', NAME, i, task.is_cancelled(e) and 'cancelled' or tostring(e), task.frame()))\n"
@@ -147,7 +157,7 @@ static void closing_a_state_runs_close_handlers_first_in_creation_order(void **s
   frames(loop, 2);
   lua_close(a);
   assert_string_equal(shared_log, "a1:cancelled@2 a2:cancelled@2 a3:cancelled@2");
-  luna_loop_free(loop);
+  close_states(loop, NULL, NULL);
 }
 
 /* A state with every kind of pending work: yields at several timings,
@@ -163,10 +173,7 @@ static void closing_a_state_removes_all_its_work_from_the_loop(void **state) {
   int t;
   (void)state;
   reset_counters();
-  shared_log[0] = '\0';
-  assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  a = new_named_state(loop, "a");
-  b = new_named_state(loop, "b");
+  loop = open_states(&a, &b);
   run(a, "local s = task.spawn\n"
          "for _, timing in ipairs(task.timings) do\n"
          "  s(function() while true do task.yield(timing) end end)\n"
@@ -213,8 +220,7 @@ static void closing_a_state_removes_all_its_work_from_the_loop(void **state) {
   assert_string_equal(shared_log, "");
   assert_int_equal(atomic_load(&data_frees), 1);
   assert_int_equal(global_int(b, "ticks"), 103);
-  lua_close(b);
-  luna_loop_free(loop);
+  close_states(loop, NULL, b);
   release_slots();
   assert_int_equal(luna__promise_live_count(), 0);
 }
@@ -225,10 +231,7 @@ static void a_reset_cancels_the_tasks_of_every_state(void **state) {
   luna_loop *loop;
   lua_State *a, *b;
   (void)state;
-  shared_log[0] = '\0';
-  assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  a = new_named_state(loop, "a");
-  b = new_named_state(loop, "b");
+  loop = open_states(&a, &b);
   run(a, "task.spawn(function()\n"
          "  local r <close> = setmetatable({}, {__close = function() record('a-closed') end})\n"
          "  task.delay(10) end)\n"
@@ -243,9 +246,7 @@ static void a_reset_cancels_the_tasks_of_every_state(void **state) {
   run(b, "task.spawn(function() task.yield(); done = 1 end)");
   frames(loop, 1);
   assert_int_equal(global_int(b, "done"), 1);
-  lua_close(a);
-  lua_close(b);
-  luna_loop_free(loop);
+  close_states(loop, a, b);
 }
 
 /* Callbacks of two states registered in turn at one timing run in
@@ -256,10 +257,7 @@ static void callbacks_of_several_states_interleave_in_registration_order(void **
   luna_loop *loop;
   lua_State *a, *b;
   (void)state;
-  shared_log[0] = '\0';
-  assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  a = new_named_state(loop, "a");
-  b = new_named_state(loop, "b");
+  loop = open_states(&a, &b);
   run(b, "task.on_error(function(e) berr = tostring(e) end)");
   run(a, "task.on(function() record('a1') end)");
   run(a, "task.on(function() record('a2') end)");
@@ -271,9 +269,7 @@ static void callbacks_of_several_states_interleave_in_registration_order(void **
   expect_global(b, "berr", "b1 fails");
   assert_int_equal(luna_lua_error_count(a), 0);
   assert_int_equal(luna_lua_error_count(b), 1);
-  lua_close(a);
-  lua_close(b);
-  luna_loop_free(loop);
+  close_states(loop, a, b);
 }
 
 int main(void) {
