@@ -74,6 +74,23 @@ end)
 -- array for the merge at the run's end: the stretch must follow the move
 -- (it read the old array once: a use after free, and a removed callback
 -- still called).
+-- DESIGN §3 step 4: callbacks and wait_until predicates of a timing run in
+-- registration order. A predicate between two callbacks ends a stretch;
+-- the order must not change for it.
+H.case("a_predicate_between_callbacks_keeps_registration_order", function()
+  local log = {}
+  local a = task.on("Update", function() log[#log + 1] = "a" end)
+  local n = 0
+  task.spawn(function()
+    task.wait_until(function() n = n + 1; log[#log + 1] = "pred"; return n == 2 end)
+    log[#log + 1] = "woke"
+  end)
+  local b = task.on("Update", function() log[#log + 1] = "b" end)
+  H.frames(2)
+  a:remove(); b:remove()
+  H.eq(log, {"a", "pred", "b", "a", "pred", "woke", "b"})
+end)
+
 H.case("callbacks_added_during_a_stretch_do_not_resurrect_removed_ones", function()
   local reports, restore = H.capture_errors()
   local log, added, late = {}, {}, nil
