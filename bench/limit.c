@@ -10,6 +10,8 @@
 **   resumes them all (a "frame"); the measured rounds follow one warm round.
 ** - W2_sleepers: n coroutines created, started (they yield their sleep time,
 **   which the floor ignores: it has no clock) and resumed once to finish.
+**   With LUNA_BENCH_PHASES set, the two phases are also timed apart (on
+**   stderr); set to "nogc", the collector is stopped for the run.
 ** - W3_churn: batches of 10,000 coroutines; each round finishes the previous
 **   batch and creates and starts the next one.
 ** - W4_memory: live bytes per coroutine suspended in coroutine.yield,
@@ -17,6 +19,7 @@
 ** - W6_update: the floor of an update layer: a C loop that lua_calls n Lua
 **   functions (dt) per frame.
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,8 +93,9 @@ static void w2_sleepers(long n, bench_result *out) {
   lua_State *L = bench_new_state();
   lua_State **cos = malloc((size_t)n * sizeof *cos);
   double *d = malloc((size_t)n * sizeof *d);
+  const char *phases = getenv("LUNA_BENCH_PHASES");
   long i;
-  int64_t t0;
+  int64_t t0, t1, t2;
   unsigned long long x = 42;
   if (cos == NULL || d == NULL)
     bench_die("out of memory");
@@ -101,14 +105,21 @@ static void w2_sleepers(long n, bench_result *out) {
   }
   bench_push_chunk(L, "local yield = coroutine.yield\n"
                       "return function(s) yield(s) end"); /* 1 */
+  if (phases != NULL && strcmp(phases, "nogc") == 0)
+    lua_gc(L, LUA_GCSTOP);
   t0 = bench_now_ns();
   lua_createtable(L, (int)n, 0); /* 2 */
   for (i = 0; i < n; i++)
     cos[i] = start(L, 1, 2, i + 1, 1, d[i], 0);
+  t1 = bench_now_ns();
   for (i = 0; i < n; i++)
     step(cos[i], L, true);
   lua_settop(L, 1);
-  out->ns_per_op = (double)(bench_now_ns() - t0) / (double)n;
+  t2 = bench_now_ns();
+  out->ns_per_op = (double)(t2 - t0) / (double)n;
+  if (phases != NULL)
+    fprintf(stderr, "W2_sleepers limit phases: start %.1f finish %.1f ns a coroutine\n",
+            (double)(t1 - t0) / (double)n, (double)(t2 - t1) / (double)n);
   free(cos);
   free(d);
   lua_close(L);

@@ -31,16 +31,27 @@ end
 
 -- W2: n tasks each sleep a seeded random time in [0, 0.5] s, then finish;
 -- the spawning and every frame until the last one finished, per task.
+-- With LUNA_BENCH_PHASES set, the two phases are also timed apart (on
+-- stderr); set to "nogc", the collector is stopped for the run.
 function W.W2_sleepers(n)
   local d = bench.sleep_times(n)
   local spawn, delay = task.spawn, task.delay
   local function body(s) delay(s) end
+  local phases = os.getenv("LUNA_BENCH_PHASES")
+  if phases == "nogc" then collectgarbage("stop") end
   local t0 = bench.now()
   for i = 1, n do spawn(body, d[i]) end
+  local t1 = bench.now()
   bench.run_until_idle(DT, 100000)
-  local ns = bench.now() - t0
+  local t2 = bench.now()
+  collectgarbage("restart")
   assert(bench.tasks() == 0, "W2: tasks left")
-  return ns / n
+  if phases then
+    io.stderr:write(string.format(
+      "W2_sleepers lunaloop phases: spawn %.1f wake and finish %.1f ns a task\n",
+      (t1 - t0) / n, (t2 - t1) / n))
+  end
+  return (t2 - t0) / n
 end
 
 -- W2_steady: n tasks each sleep again and again (a fixed random time in
