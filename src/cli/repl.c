@@ -539,6 +539,19 @@ static void chunk_name(const char *code, char *out, size_t size) {
     memcpy(out + n - 3, "...", 3); /* cut short */
 }
 
+/* A file's task name: the path itself, or "..." and its end when it is
+   longer than a name (the end names the file; the start is often just
+   the same directories). */
+static void file_name(const char *path, char *out, size_t size) {
+  size_t len = strlen(path);
+  if (len < size) {
+    memcpy(out, path, len + 1);
+    return;
+  }
+  memcpy(out, "...", 3);
+  memcpy(out + 3, path + len - (size - 4), size - 3); /* with the '\0' */
+}
+
 static void forget_foreground(void) {
   luaL_unref(R.L, LUA_REGISTRYINDEX, R.fg_ref);
   R.fg_ref = LUA_NOREF;
@@ -863,6 +876,7 @@ static void command(char *line) {
     }
     lua_pop(R.L, 1);
   } else if (strcmp(cmd, "load") == 0) {
+    char name[NAME_MAX_LEN + 1];
     size_t len = strlen(arg);
     bool bg = strip_background(arg, &len);
     arg[len] = '\0';
@@ -877,7 +891,8 @@ static void command(char *line) {
       lua_pop(R.L, 1);
       return;
     }
-    start_task(arg, bg);
+    file_name(arg, name, sizeof name);
+    start_task(name, bg);
   } else if (strcmp(cmd, "bg") == 0) {
     if (*arg == '\0') {
       out_printf(stderr, BG_USAGE);

@@ -714,6 +714,28 @@ def case_load_in_the_background_says_its_id_first():
             s.close()
 
 
+def case_load_names_the_task_after_the_end_of_a_long_path():
+    """A task loaded from a path longer than a name (24 characters) was
+    named after the path's first characters, the same directories for
+    every file. It keeps the end now, where the file's name is."""
+    with tempfile.TemporaryDirectory() as d:
+        sub = os.path.join(d, "a_rather_long_directory", "mods")
+        os.makedirs(sub)
+        path = os.path.join(sub, "enemy_ai.lua")
+        with open(path, "w") as f:
+            f.write("task.delay(60)\n")
+        s = start()
+        try:
+            enter(s, ":load %s &" % path)
+            s.wait_for(lambda t: "\n[1] ...ory/mods/enemy_ai.lua\n" in t,
+                       what="the id line with the end of the path")
+            enter(s, "print(task.list()[1].name)")
+            s.wait_for(lambda t: t.endswith("\n...ory/mods/enemy_ai.lua\n>"),
+                       what="the task's name")
+        finally:
+            s.close()
+
+
 def case_utf8_keys():
     """Keys are decoded in the locale's encoding and the line reaches Lua
     in it: two UTF-8 characters typed are five bytes in the string."""
