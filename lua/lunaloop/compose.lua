@@ -23,12 +23,18 @@ local function argerror(fname, n, msg, level)
   error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), (level or 2) + 1)
 end
 
+-- A number as messages show it: NaN reads "nan" whatever its sign bit
+-- (tostring gives "-nan" for 0/0 on glibc), as in the C functions' messages.
+local function number_text(x)
+  return x ~= x and "nan" or tostring(x)
+end
+
 local function check_seconds(fname, n, s)
   if type(s) ~= "number" then
     argerror(fname, n, "number expected, got " .. (s == nil and "no value" or type(s)), 3)
   end
   if s ~= s or s < 0 or s == math.huge then
-    argerror(fname, n, "expected a finite, non-negative number of seconds, got " .. tostring(s), 3)
+    argerror(fname, n, "expected a finite, non-negative number of seconds, got " .. number_text(s), 3)
   end
 end
 
@@ -333,7 +339,7 @@ Channel.__name = "lunaloop.Channel"
 function M.channel(capacity)
   if capacity ~= nil then
     if math.type(capacity) ~= "integer" or capacity < 0 then
-      local got = type(capacity) == "number" and tostring(capacity) or type(capacity)
+      local got = type(capacity) == "number" and number_text(capacity) or type(capacity)
       argerror("channel", 1, "expected a non-negative integer capacity, got " .. got)
     end
   else

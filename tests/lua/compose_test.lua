@@ -169,6 +169,8 @@ H.case("combinators_validate_arguments_and_context", function()
   local at = "compose_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": task.when_all: not inside a task"
   H.has(H.raises(function() task.when_all(function() end) end), at)
   H.has(H.raises(function() task.timeout(-1, print) end), "non-negative number of seconds")
+  -- NaN reads "nan", as in the C functions' messages (tostring gives -nan).
+  H.has(H.raises(function() task.timeout(0 / 0, print) end), "number of seconds, got nan)")
   -- the error points at the caller's line, not inside the library
   local line = debug.getinfo(1, "l").currentline + 1
   H.has(H.raises(function() task.timeout(nil, print) end), "compose_test.lua:" .. line .. ":")
