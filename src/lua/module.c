@@ -212,17 +212,31 @@ static luna_ns virtual_realtime(void *ud) {
   return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
 }
 
+/* opts[key] of the table at idx (argument 1), or def when nil; raises an
+   argument error naming the option when it is not a number. */
 static lua_Number opt_field_number(lua_State *L, int idx, const char *key, lua_Number def) {
   lua_Number v;
   if (lua_getfield(L, idx, key) == LUA_TNIL) {
     lua_pop(L, 1);
     return def;
   }
-  if (!lua_isnumber(L, -1))
-    luaL_error(L, "task.run: option '%s' must be a number", key);
+  if (lua_type(L, -1) != LUA_TNUMBER)
+    luaL_argerror(L, idx, lua_pushfstring(L, "opts.%s: expected a number, got %s", key,
+                                          luaL_typename(L, -1)));
   v = lua_tonumber(L, -1);
   lua_pop(L, 1);
   return v;
+}
+
+/* Raises the argument error of option `key` of task.run's table (argument
+   1), a number that is out of range: what it got is shown as given (an
+   integer as one, NaN as "nan"). */
+static int opt_error(lua_State *L, const char *key, const char *expected) {
+  const char *got;
+  lua_getfield(L, 1, key);
+  got = lua_isinteger(L, -1) ? lua_pushfstring(L, "%I", lua_tointeger(L, -1))
+                             : luna__number_text(L, lua_tonumber(L, -1));
+  return luaL_argerror(L, 1, lua_pushfstring(L, "opts.%s: expected %s, got %s", key, expected, got));
 }
 
 /* task.run([opts]) -> exit code: runs frames until no task is alive and no
@@ -247,7 +261,15 @@ static int l_run(lua_State *L) {
     lua_getfield(L, 1, "fast");
     fast = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    luaL_argcheck(L, hz > 0 && isfinite(hz), 1, "opts.hz must be a positive number");
+    if (!(hz > 0 && isfinite(hz)))
+      opt_error(L, "hz", "a positive number");
+    /* A count of frames, as `lunaloop run --frames` takes it. */
+    if (!(frames >= 0 && frames == floor(frames) && isfinite(frames))) {
+      bool given = lua_getfield(L, 1, "frames") != LUA_TNIL; /* -1: the default */
+      lua_pop(L, 1);
+      if (given)
+        opt_error(L, "frames", "a whole number >= 0");
+    }
   }
   period = (luna_ns)llround(1e9 / hz);
   if (fast)

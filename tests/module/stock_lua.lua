@@ -38,6 +38,28 @@ check(closed, "remaining task cancelled, to-be-closed ran")
 task.spawn(function() while true do task.yield() end end)
 check(task.run{fast = true, frames = 5} == 0, "frames limit")
 
+-- options are checked before any frame runs, with the option named
+local function run_error(opts)
+  local ok, err = pcall(task.run, opts)
+  return not ok and err or "no error"
+end
+local frame0 = task.frame()
+for _, c in ipairs{
+  {{frames = -1}, "bad argument #1 to 'lunaloop.run' (opts.frames: expected a whole number >= 0, got -1)"},
+  {{frames = 1.5}, "opts.frames: expected a whole number >= 0, got 1.5)"},
+  {{frames = 0 / 0}, "opts.frames: expected a whole number >= 0, got nan)"},
+  {{frames = math.huge}, "opts.frames: expected a whole number >= 0, got inf)"},
+  {{frames = "5"}, "opts.frames: expected a number, got string)"},
+  {{hz = 0}, "opts.hz: expected a positive number, got 0)"},
+  {{hz = true}, "opts.hz: expected a number, got boolean)"},
+} do
+  local err = run_error(c[1])
+  check(err:find(c[2], 1, true), "run error: expected " .. c[2] .. ", got " .. err)
+end
+check(task.frame() == frame0, "no frame ran for a bad option")
+task.spawn(function() while true do task.yield() end end)
+check(task.run{fast = true, frames = 0} == 0 and task.frame() == frame0, "frames = 0 runs none")
+
 -- driving from inside a task is refused
 task.spawn(function()
   local ok, err = pcall(task.step)
