@@ -1172,8 +1172,10 @@ int luna__cli_repl(int argc, char **argv, int first) {
   if (R.opts.fast)
     luna_loop_set_realtime_source(R.loop, virtual_realtime, R.loop);
   R.L = luaL_newstate();
-  if (R.L != NULL)
+  if (R.L != NULL) {
     luaL_openlibs(R.L); /* before attaching: the module's Lua code uses them */
+    luna_lua_guard_xpcall(R.L); /* Ctrl-C stops a loop in a message handler */
+  }
   if (R.L == NULL || luna_lua_attach(R.L, R.loop) < 0) {
     fprintf(stderr, LUNA_PROGNAME ": cannot create the Lua state\n");
     if (R.L != NULL)

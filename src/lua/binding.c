@@ -240,6 +240,82 @@ LUNA_API void luna_lua_interrupt(void) {
                 LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
 }
 
+/* ---- xpcall that a stop goes through ---------------------------------------- */
+
+/* True while an interrupt (this thread) or a budget stop (L's state) is
+   being raised: what the guarded message handler lets through as is. */
+static bool stop_raising(lua_State *L) {
+  luna__binding *b;
+  if (interrupt_pending)
+    return true;
+  b = luna__get_binding(L);
+  return b != NULL && b->stopping;
+}
+
+/* The message handler of a guarded xpcall: upvalue 1 is the caller's,
+   upvalue 2 the debug library's traceback (or nil). The caller's handler
+   runs one C call below the error, so a handler that reads the stack sees
+   this frame too; debug.traceback itself, the usual handler, is run here
+   instead, with the levels it would have had. */
+static int guarded_handler(lua_State *L) {
+  if (stop_raising(L))
+    return 1; /* the stop's error, unchanged */
+  if (lua_rawequal(L, lua_upvalueindex(1), lua_upvalueindex(2))) {
+    const char *msg = lua_tostring(L, 1);
+    if (msg == NULL && !lua_isnoneornil(L, 1))
+      return 1; /* a non-string error goes through, as traceback does */
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+/* After the protected call, or its continuation after a yield: `base`
+   values below the results (the function and handler). */
+static int guarded_done(lua_State *L, int status, lua_KContext base) {
+  if (status != LUA_OK && status != LUA_YIELD) {
+    lua_pushboolean(L, 0);
+    lua_insert(L, -2);
+    return 2; /* false, the error */
+  }
+  return lua_gettop(L) - (int)base; /* true, the results */
+}
+
+/* The guarded xpcall: upvalue 1 is debug.traceback (or nil). */
+static int guarded_xpcall(lua_State *L) {
+  int nargs = lua_gettop(L) - 2;
+  if (lua_type(L, 2) != LUA_TFUNCTION) /* named: no global table holds this xpcall */
+    return luaL_error(L, "bad argument #2 to 'xpcall' (function expected, got %s)",
+                      lua_isnone(L, 2) ? "no value" : luaL_typename(L, 2));
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushcclosure(L, guarded_handler, 2);
+  lua_replace(L, 2);    /* f, handler, args... */
+  lua_pushboolean(L, 1);
+  lua_pushvalue(L, 1);
+  lua_rotate(L, 3, 2);  /* f, handler, true, f, args... */
+  return guarded_done(L, lua_pcallk(L, nargs, LUA_MULTRET, 2, 2, guarded_done), 2);
+}
+
+void luna__push_guarded_xpcall(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  if (lua_getfield(L, -1, "debug") == LUA_TTABLE)
+    lua_getfield(L, -1, "traceback");
+  else
+    lua_pushnil(L);
+  lua_pushcclosure(L, guarded_xpcall, 1);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+}
+
+LUNA_API void luna_lua_guard_xpcall(lua_State *L) {
+  luna__push_guarded_xpcall(L);
+  lua_setglobal(L, "xpcall");
+}
+
 /* ---- lifecycle ---------------------------------------------------------------- */
 
 static bool owned_continuation(luna_fn fn, void *arg, void *ud) {

@@ -219,6 +219,9 @@ struct luna__binding {
   luna__observer observers[LUNA__OBSERVERS];
   bool creation_traceback; /* task.debug{creation_traceback}: keep a traceback
                               of every task's spawn (luna__note_creation) */
+  bool stopping;          /* a mod's budget stop is being raised
+                              (src/mods/budget.c): guarded xpcall message
+                              handlers are skipped meanwhile */
   /* reporting and exit */
   uint64_t errors;
   bool exit_requested;
@@ -264,6 +267,14 @@ static inline lua_State *luna__exec_state(luna__binding *b) {
 luna__binding *luna__check_binding(lua_State *L);
 /* The binding of L or NULL, never raises. */
 luna__binding *luna__get_binding(lua_State *L);
+
+/* Pushes xpcall(f, msgh, ...) as the base library's, yieldable the same way,
+   except that msgh is skipped (the error goes through unchanged) while an
+   interrupt or a budget stop is being raised: Lua runs a message handler
+   with hooks off when the error comes from a hook, so a handler that
+   loops would be beyond both. See luna_lua_guard_xpcall. */
+void luna__push_guarded_xpcall(lua_State *L);
+
 /* Pushes the cancellation error value. */
 void luna__push_cancel_error(lua_State *L);
 bool luna__is_cancel_error(lua_State *L, int idx);

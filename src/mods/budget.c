@@ -63,6 +63,16 @@ static int raise_exceeded(lua_State *L, luna__mod *m) {
   return lua_error(L);
 }
 
+/* m->exceeded, mirrored in the binding so that the sandbox's xpcall lets
+   the stop's error through without calling a message handler (Lua would
+   call it with hooks off, where a loop could never be stopped). */
+static void set_exceeded(luna__mod *m, bool exceeded) {
+  luna__binding *b = luna__get_binding(m->L);
+  m->exceeded = exceeded;
+  if (b != NULL)
+    b->stopping = exceeded;
+}
+
 static void budget_hook(lua_State *L, lua_Debug *ar) {
   luna__mod *m = luna__mod_of(L);
   int count = lua_gethookcount(L);
@@ -76,7 +86,7 @@ static void budget_hook(lua_State *L, lua_Debug *ar) {
   }
   m->used += (uint64_t)count;
   if (m->used >= m->budget) {
-    m->exceeded = true;
+    set_exceeded(m, true);
     luna__mod_overrun(m, false);
     lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
     if (m->ctx_thread != NULL && m->ctx_thread != L)
@@ -100,7 +110,8 @@ void luna__budget_begin(luna__mod *m, lua_State *thread) {
     return;
   }
   m->used = 0;
-  m->exceeded = false;
+  if (m->exceeded)
+    set_exceeded(m, false);
   m->exceeded_msg[0] = '\0';
   m->mem_strict = true;
   m->ctx_thread = thread;
@@ -113,7 +124,8 @@ void luna__budget_end(luna__mod *m) {
   if (m->exceeded && m->ctx_thread != NULL)
     set_count(m->ctx_thread, m->step);
   m->used = 0;
-  m->exceeded = false;
+  if (m->exceeded)
+    set_exceeded(m, false);
   m->mem_strict = false;
   m->ctx_thread = NULL;
 }

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "binding.h"
 #include "mods.h"
 
 /* Upvalue-less registry keys. */
@@ -445,6 +446,8 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   lua_getfield(L, G, "load");
   lua_pushcclosure(L, l_load, 1);
   lua_setfield(L, S, "load");
+  luna__push_guarded_xpcall(L); /* a budget stop skips the message handler */
+  lua_setfield(L, S, "xpcall");
   lua_pushvalue(L, S);
   luaL_setfuncs(L, replaced, 0);
   lua_pop(L, 1);
@@ -512,6 +515,13 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   restrict_task_module(L);
   lua_setfield(L, S, "task");
   luna__open_mods_module(L);
+  /* Also in the registry's loaded table (out of a mod's reach), where
+     luaL_argerror looks for a function's name when the call site gives
+     none (pcall(mods.send, ...)): "mods.send", not "?". */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_pushvalue(L, -2);
+  lua_setfield(L, -2, "mods");
+  lua_pop(L, 1);
   lua_setfield(L, S, "mods");
 
   lua_newtable(L);

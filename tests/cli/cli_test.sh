@@ -282,4 +282,15 @@ case_interrupt_busy_under_pcall() {
   expect_out '^closed$'
 }
 
+case_interrupt_loop_in_message_handler() {
+  status=0
+  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever_msgh.lua" >"$OUT" 2>"$ERR" </dev/null ||
+    status=$?
+  expect_status 130
+  expect_out '^true	42$'
+  expect_out '^true$'
+  expect_out '^looping$'
+  expect_out '^closed$'
+}
+
 "case_$CASE"

@@ -254,6 +254,42 @@ static void budget_stops_loop_in_per_tick_callback(void **state) {
   fx_free(f);
 }
 
+/* Lua calls a message handler with hooks off when the error comes from a
+   hook, so a budget stop raised in (or into) a handler that loops could
+   never be raised again: the host froze. The sandbox's xpcall lets a stop
+   through without calling the handler, and is otherwise the stock one
+   (results, handler, yields inside a task). Found by a fresh-user trial. */
+static void budget_stops_loop_in_xpcall_message_handler(void **state) {
+  luna_mods_config c = budget_config(3);
+  fixture *f = fx_new(&c);
+  (void)state;
+  fx_write(f, "x/mod.lua",
+           "task.defer(function()\n"
+           "  xpcall(function() error('x') end, function(e) while true do end end)\n"
+           "end)\n"
+           "task.defer(function()\n"
+           "  xpcall(function() while true do end end, function(e) while true do end end)\n"
+           "end)\n"
+           "task.spawn(function()\n"
+           "  print(xpcall(function(a) task.yield() return a + 1, 'r' end,\n"
+           "               function(e) return 'h:' .. e end, 41))\n"
+           "  print(xpcall(function() error('plain', 0) end, function(e) return 'h:' .. e end))\n"
+           "  print(pcall(xpcall, print))\n"
+           "  print(pcall(mods.send, nil, 1))\n"
+           "end)\n");
+  fx_write(f, "other/mod.lua", ticker);
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  fx_frames(f, 3);
+  assert_int_equal(fx_info(f, "x").budget_overruns, 2);
+  assert_has(f->out, "[x] true\t42\tr\n");
+  assert_has(f->out, "[x] false\th:plain\n");
+  assert_has(f->out, "[x] false\tbad argument #2 to 'xpcall' (function expected, got no value)\n");
+  /* Through pcall the call site gives no name: it is found all the same. */
+  assert_has(f->out, "[x] false\tbad argument #1 to 'mods.send'");
+  assert_int_equal(fx_global(f, "other", "ticks"), 3);
+  fx_free(f);
+}
+
 /* The task.on_error handler of a mod is budgeted too. */
 static void budget_stops_loop_in_error_handler(void **state) {
   luna_mods_config c = budget_config(3);
@@ -628,6 +664,7 @@ int main(void) {
       cmocka_unit_test(budget_stops_loop_in_predicate),
       cmocka_unit_test(budget_stops_loop_in_per_tick_callback),
       cmocka_unit_test(budget_stops_loop_in_error_handler),
+      cmocka_unit_test(budget_stops_loop_in_xpcall_message_handler),
       cmocka_unit_test(error_handler_shares_the_budget_of_the_reporting_run),
       cmocka_unit_test(repeated_overruns_disable_the_mod),
       cmocka_unit_test(memory_cap_refuses_and_host_continues),
