@@ -381,6 +381,28 @@ static int traceback_of(lua_State *L) {
   return 1;
 }
 
+/* Runs t's pending to-be-closed variables (its resume ended in an error,
+   so Lua left them for lua_resetthread) as part of t's run: t is the
+   current task meanwhile, as during a resume, so a handler that cancels
+   its own task or another one sees the same rules as in the task's body
+   (a cancellation it makes while another unwinds is queued), and Ctrl-C
+   reaches a handler that loops. Returns close_thread's status. */
+static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
+  luna__task *outer = b->current, *outer_task = luna__running_task;
+  lua_State *outer_running = luna__running;
+  int st;
+  b->current = t;
+  luna__running_task = t;
+  luna__running = t->co;
+  b->depth++;
+  st = close_thread(t->co, L);
+  b->depth--;
+  b->current = outer;
+  luna__running_task = outer_task;
+  luna__running = outer_running;
+  return st;
+}
+
 static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int status) {
   lua_State *L = luna__exec_state(b);
   int top = lua_gettop(L);
@@ -399,7 +421,7 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
        caller's context. Close the task first and collect, then report
        without a traceback. */
     luna__drop_interrupt_hook(t->co);
-    close_thread(t->co, L);
+    close_in_task(b, t, L);
     lua_settop(t->co, 0);
     lua_gc(L, LUA_GCCOLLECT);
     lua_pushnil(L);
@@ -427,7 +449,7 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
      see what the task raised) and the handler's error is reported, not
      lost. */
   luna__drop_interrupt_hook(t->co);
-  if (close_thread(t->co, L) != LUA_OK && lua_gettop(t->co) > 0) {
+  if (close_in_task(b, t, L) != LUA_OK && lua_gettop(t->co) > 0) {
     /* (lua_resetthread reports the original status even when the handlers
        ran fine; a changed error value is what tells a handler raised.) */
     lua_pushvalue(t->co, -1);

@@ -125,6 +125,47 @@ H.case("cancel_from_close_handler_is_queued_and_finished_before_outer_returns", 
   H.eq(log, {"b reads cancelled", "b closed", "outer returned"})
 end)
 
+-- A __close handler of a task that failed or was cancelled runs after the
+-- task's resume returned (Lua leaves those to lua_resetthread), but still
+-- as part of that task: cancelling the task that is cancelling it (up the
+-- resume chain) is queued like any cancellation made while another
+-- unwinds, instead of raising there as if the handler were that task's
+-- own code (found by a fresh-user trial). That task then unwinds when its
+-- own cancel call returns.
+H.case("close_handler_cancelling_the_canceller_queues_it", function()
+  local log = {}
+  local a, b
+  b = task.spawn(function()
+    local r <close> = setmetatable({}, {__close = function()
+      log[#log + 1] = "b closing, current is b: " .. tostring(task.current() == b)
+      local ok, err = pcall(task.cancel, a)
+      log[#log + 1] = "inner cancel: " .. tostring(ok) .. " " .. tostring(err)
+      log[#log + 1] = "a reads " .. a:status()
+    end})
+    task.delay(100)
+  end)
+  a = task.spawn(function()
+    local r <close> = setmetatable({}, {__close = function(_, err)
+      log[#log + 1] = "a closed, cancelled: " .. tostring(task.is_cancelled(err))
+    end})
+    task.yield()
+    local ok, err = pcall(task.cancel, b)
+    log[#log + 1] = "a's cancel raised the cancellation: " .. tostring(not ok and task.is_cancelled(err))
+    task.yield()
+    log[#log + 1] = "a went on"
+  end)
+  task.step()
+  H.eq(log, {
+    "b closing, current is b: true",
+    "inner cancel: true nil",
+    "a reads running",
+    "a's cancel raised the cancellation: true",
+    "a closed, cancelled: true",
+  })
+  H.eq(a:status(), "cancelled")
+  H.eq(b:status(), "cancelled")
+end)
+
 H.case("two_hundred_chained_cancels", function()
   local n = 200
   local tasks, closed = {}, 0
