@@ -385,8 +385,8 @@ static int traceback_of(lua_State *L) {
    so Lua left them for lua_resetthread) as part of t's run: t is the
    current task meanwhile, as during a resume, so a handler that cancels
    its own task or another one sees the same rules as in the task's body
-   (a cancellation it makes while another unwinds is queued), and Ctrl-C
-   reaches a handler that loops. Returns close_thread's status. */
+   (a cancellation it makes while another unwinds is queued), and
+   task.current() is t. Returns close_thread's status. */
 static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
   luna__task *outer = b->current, *outer_task = luna__running_task;
   lua_State *outer_running = luna__running;
