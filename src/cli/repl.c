@@ -291,6 +291,16 @@ static int l_on_error(lua_State *L) {
     foreground = (uint64_t)lua_tointeger(L, -1) == R.fg_id;
     lua_pop(L, 1);
   }
+  if (foreground && !lua_isstring(L, 1)) {
+    /* As the stock lua shows it: a __tostring message alone, otherwise
+       what kind of value was raised, with the traceback. */
+    if (luaL_getmetafield(L, 1, "__tostring") != LUA_TNIL) {
+      lua_pop(L, 1);
+      tb = NULL;
+    } else {
+      msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+  }
   luaL_Buffer b;
   if (!foreground) {
     luaL_buffinit(L, &b);

@@ -736,6 +736,22 @@ def case_load_names_the_task_after_the_end_of_a_long_path():
             s.close()
 
 
+def case_error_values_show_as_stock_lua_shows_them():
+    """A raised value that is not a string showed as `table: 0x...`; the
+    stock lua says what kind of value it was (with the traceback), and
+    shows a __tostring message alone (found by a fresh-user trial)."""
+    script = ("error({})\n"
+              "error(setmetatable({}, {__tostring = function() return 'custom' end}))\n"
+              "error(42)\n")
+    p = subprocess.run([LUNALOOP, "repl", "--fast"], input=script, capture_output=True,
+                       text=True, timeout=30)
+    tb = "stack traceback:\n\t[C]: in function 'error'\n\tstdin:%d: in main chunk\n"
+    expected = ("(error object is a table value)\n" + tb % 1 +
+                "custom\n" +
+                "42\n" + tb % 1)
+    check(p.stderr == expected, "stderr: %r" % p.stderr)
+
+
 def case_utf8_keys():
     """Keys are decoded in the locale's encoding and the line reaches Lua
     in it: two UTF-8 characters typed are five bytes in the string."""
