@@ -635,6 +635,18 @@ static void start_task(const char *code, bool background) {
     return;
   }
   if (background) {
+    /* It ran until its first await. One that never got there and was
+       interrupted by Ctrl-C (the chunk just entered is what Ctrl-C stops)
+       says so, as a foreground chunk does; that Ctrl-C is spent. */
+    call_method(-1, "status", 1);
+    bool cancelled = strcmp(lua_tostring(L, -1), "cancelled") == 0;
+    lua_pop(L, 1);
+    if (cancelled && !luna_lua_exit_requested(L, NULL)) {
+      lua_getfield(L, -1, "id");
+      out_printf(stdout, "[%lld] cancelled\n", (long long)lua_tointeger(L, -1));
+      lua_pop(L, 1);
+      got_sigint = 0;
+    }
     lua_pop(L, 1);
     return;
   }

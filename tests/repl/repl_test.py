@@ -736,6 +736,29 @@ def case_load_names_the_task_after_the_end_of_a_long_path():
             s.close()
 
 
+def case_ctrl_c_stops_a_background_chunk_that_never_waits():
+    """A background chunk runs at once until its first await, as
+    task.spawn does; one that never gets there holds the prompt, and Ctrl-C
+    (it is the chunk just entered) stops it. It was removed without a
+    word; the REPL says so now, and a self-cancelled one too (found by a
+    fresh-user trial)."""
+    s = start()
+    try:
+        enter(s, "while true do end &")
+        s.wait_for("[1] while true do end &")
+        s.pump(0.3)
+        check(last_line(s.screen.text()) != ">", "the chunk holds the prompt", s)
+        s.type("\x03")
+        s.wait_for("[1] while true do end &\n^C\n[1] cancelled\n>")
+        wait_prompt(s)
+        enter(s, "task.cancel(task.current()) &")
+        s.wait_for("\n[2] task.cancel(task.curr...\n[2] cancelled\n>")
+        enter(s, "6 * 7")
+        s.wait_for("\n42\n")
+    finally:
+        s.close()
+
+
 def case_error_values_show_as_stock_lua_shows_them():
     """A raised value that is not a string showed as `table: 0x...`; the
     stock lua says what kind of value it was (with the traceback), and
