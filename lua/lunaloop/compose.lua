@@ -19,8 +19,21 @@ local is_promise, await_promise = I.is_promise, I.await_promise
 local pack, unpack, select, type, error, pcall = table.pack, table.unpack, select, type, error, pcall
 local setmetatable, tostring = setmetatable, tostring
 
+local getinfo = debug and debug.getinfo
+
+-- Raises "bad argument #n to 'fname' (msg)" at the caller of the function
+-- `level` calls up (2: the one calling argerror). Called as a method
+-- (scope:spawn(x)), self is not counted, as luaL_argerror does.
 local function argerror(fname, n, msg, level)
-  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), (level or 2) + 1)
+  level = level or 2
+  local ar = getinfo and getinfo(level, "n")
+  if ar and ar.namewhat == "method" then
+    n = n - 1
+    if n == 0 then
+      error(("calling '%s' on bad self (%s)"):format(fname, msg), level + 1)
+    end
+  end
+  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), level + 1)
 end
 
 -- A number as messages show it: NaN reads "nan" whatever its sign bit

@@ -26,6 +26,22 @@ H.case("scope_returns_after_body_and_all_children_end", function()
   H.eq(done_at, 3, "the scope returned in the frame its last child ended")
 end)
 
+-- Called as a method, self is not counted, as luaL_argerror does; it was
+-- (found by a fresh-user trial).
+H.case("spawn_argument_errors_count_as_lua_does", function()
+  local got = {}
+  task.spawn(function()
+    task.scope(function(s)
+      got[1] = select(2, pcall(function() s:spawn(nil) end))
+      got[2] = select(2, pcall(function() s.spawn(s, 5) end))
+      got[3] = select(2, pcall(function() s.spawn({}, print) end))
+    end)
+  end)
+  H.has(got[1], "bad argument #1 to 'spawn' (expected a function, got nil)")
+  H.has(got[2], "bad argument #2 to 'spawn' (expected a function, got number)")
+  H.has(got[3], "bad argument #1 to 'spawn' (expected a Scope)")
+end)
+
 H.case("first_child_failure_cancels_siblings_and_body_and_is_raised", function()
   local log = {}
   local out = run_task(function()
