@@ -67,10 +67,9 @@ static int raise_exceeded(lua_State *L, luna__mod *m) {
    the stop's error through without calling a message handler (Lua would
    call it with hooks off, where a loop could never be stopped). */
 static void set_exceeded(luna__mod *m, bool exceeded) {
-  luna__binding *b = luna__get_binding(m->L);
   m->exceeded = exceeded;
-  if (b != NULL)
-    b->stopping = exceeded;
+  if (m->binding != NULL)
+    m->binding->stopping = exceeded;
 }
 
 static void budget_hook(lua_State *L, lua_Debug *ar) {
@@ -159,5 +158,8 @@ void luna__budget_install(luna__mod *m) {
   obs.ud = m;
   obs.on_call = on_call;
   luna__set_observer(m->L, LUNA__OBSERVER_BUDGET, &obs);
+  /* Cached: the hook runs on any thread of the state, and looking the
+     binding up there would push onto the main thread's stack. */
+  m->binding = luna__get_binding(m->L);
   set_count(m->L, m->step);
 }

@@ -308,6 +308,7 @@ static void close_state(luna__mod *m) {
   m->closing = false;
   m->running--;
   m->L = NULL;
+  m->binding = NULL; /* freed with the state */
   m->depth = 0;
   m->exceeded = false;
 }
@@ -320,6 +321,7 @@ bool luna__mod_open(luna__mod *m) {
   m->used = 0;
   m->depth = 0;
   m->exceeded = false;
+  m->binding = NULL; /* set by luna__budget_install */
   m->mem_strict = false;
   m->budget_overruns = m->memory_overruns = 0;
   m->disable_pending = false;
