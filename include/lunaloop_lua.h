@@ -146,15 +146,22 @@ LUNA_API void luna_lua_interrupt(void);
    driver has control again (after the frame), before cancelling tasks. */
 LUNA_API void luna_lua_interrupt_clear(void);
 
-/* Replaces the global xpcall of L's state with one that behaves as the
-   base library's (same results, yieldable inside tasks), except that its
-   message handler is not called for the error of luna_lua_interrupt or of
-   a mod's instruction budget: Lua calls a message handler with hooks off
-   when the error was raised from a hook, so a handler that loops could
-   never be stopped. Call it after luaL_openlibs when the host uses
-   luna_lua_interrupt; `lunaloop run`, `lunaloop repl` and every mod's
-   sandbox have it. Code that kept the old xpcall in a local keeps it. */
-LUNA_API void luna_lua_guard_xpcall(lua_State *L);
+/* Makes luna_lua_interrupt reach all the Lua code of L's state. Replaces
+   the globals xpcall, coroutine.resume and coroutine.wrap with versions
+   that behave as the base library's (same results and errors, yieldable
+   inside tasks) except that:
+   - xpcall does not call its message handler for the error of
+     luna_lua_interrupt or of a mod's instruction budget (Lua calls a
+     handler with hooks off when the error comes from a hook, so a handler
+     that loops could never be stopped);
+   - a plain coroutine being resumed is where the interrupt lands (it runs
+     on a thread of its own, which the binding does not resume), and an
+     interrupt that stopped it stops its resumer too.
+   Call it after luaL_openlibs when the host uses luna_lua_interrupt;
+   `lunaloop run` and `lunaloop repl` do (a mod's sandbox has the xpcall;
+   its budget reaches its coroutines). Code that kept the old functions in
+   locals keeps them. Raises only on memory errors. */
+LUNA_API void luna_lua_guard_interrupts(lua_State *L);
 
 /* Pushes a string for the value at idx, as tostring() would, and returns
    it; never raises: when a __tostring metamethod raises or returns a

@@ -1196,7 +1196,7 @@ int luna__cli_repl(int argc, char **argv, int first) {
   R.L = luaL_newstate();
   if (R.L != NULL) {
     luaL_openlibs(R.L); /* before attaching: the module's Lua code uses them */
-    luna_lua_guard_xpcall(R.L); /* Ctrl-C stops a loop in a message handler */
+    luna_lua_guard_interrupts(R.L); /* Ctrl-C reaches handlers, coroutines */
   }
   if (R.L == NULL || luna_lua_attach(R.L, R.loop) < 0) {
     fprintf(stderr, LUNA_PROGNAME ": cannot create the Lua state\n");

@@ -151,7 +151,7 @@ int luna__cli_run(int argc, char **argv, int first) {
     return LUNA_EXIT_ERROR;
   }
   luaL_openlibs(L);
-  luna_lua_guard_xpcall(L); /* Ctrl-C stops a loop in a message handler too */
+  luna_lua_guard_interrupts(L); /* Ctrl-C reaches message handlers, coroutines */
   rc = luna_lua_attach(L, loop);
   if (rc < 0) {
     fprintf(stderr, LUNA_PROGNAME ": cannot attach the loop: %s\n", luna_strerror(rc));

@@ -207,20 +207,25 @@ int luna__set_handler(lua_State *L) {
    thread that was interrupted. */
 static _Thread_local volatile sig_atomic_t interrupt_pending LUNA__TLS_MODEL;
 
+/* Raises the interrupt on L: the cancellation error in the task being
+   resumed (which it cancels), "interrupted" anywhere else. */
+static int raise_interrupt(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  if (b != NULL && b->current != NULL && b->current->co == L) {
+    b->current->cancel_requested = true;
+    luna__push_cancel_error(L);
+    return lua_error(L);
+  }
+  return luaL_error(L, "interrupted");
+}
+
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
-  luna__binding *b;
   (void)ar;
   if (!interrupt_pending) {
     lua_sethook(L, NULL, 0, 0);
     return;
   }
-  b = luna__get_binding(L);
-  if (b != NULL && b->current != NULL && b->current->co == L) {
-    b->current->cancel_requested = true;
-    luna__push_cancel_error(L);
-    lua_error(L);
-  }
-  luaL_error(L, "interrupted");
+  raise_interrupt(L);
 }
 
 void luna__drop_interrupt_hook(lua_State *co) {
@@ -311,9 +316,100 @@ void luna__push_guarded_xpcall(lua_State *L) {
   lua_pop(L, 1);
 }
 
-LUNA_API void luna_lua_guard_xpcall(lua_State *L) {
+/* ---- coroutines that an interrupt reaches ------------------------------------ */
+
+/* luna_lua_interrupt puts its hook on luna__running, the thread the binding
+   resumed last; a plain coroutine that a task resumes runs on a thread of
+   its own, where a loop would never see it. These versions of resume and
+   wrap make the coroutine luna__running while it runs. */
+
+/* Resumes co with the nargs values on top of L, co being luna__running
+   meanwhile. Returns how many results it moved to L, or -1 with an error
+   value on top of L (co's error, or what kept the values from moving), as
+   the base library's resume does. An interrupt that landed in co (its
+   hook is on co) is raised on L instead, so the code that resumed co
+   stops too. */
+static int resume_running(lua_State *L, lua_State *co, int nargs) {
+  lua_State *outer = luna__running;
+  int st, nres;
+  if (!lua_checkstack(co, nargs)) {
+    lua_pushliteral(L, "too many arguments to resume");
+    return -1;
+  }
+  lua_xmove(L, co, nargs);
+  luna__running = co;
+  st = lua_resume(co, L, nargs, &nres);
+  luna__running = outer;
+  if (interrupt_pending && lua_gethook(co) == interrupt_hook) {
+    lua_sethook(L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+    raise_interrupt(L); /* not co's "interrupted": a task is cancelled */
+  }
+  if (st != LUA_OK && st != LUA_YIELD) {
+    lua_xmove(co, L, 1);
+    return -1;
+  }
+  if (!lua_checkstack(L, nres + 1)) {
+    lua_pop(co, nres);
+    lua_pushliteral(L, "too many results to resume");
+    return -1;
+  }
+  lua_xmove(co, L, nres);
+  return nres;
+}
+
+/* coroutine.resume(co, ...) -> true, ... | false, err */
+static int guarded_resume(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  int n;
+  luaL_argexpected(L, co != NULL, 1, "thread"); /* as Lua 5.4.4 words it */
+  n = resume_running(L, co, lua_gettop(L) - 1);
+  lua_pushboolean(L, n >= 0);
+  lua_insert(L, n >= 0 ? -(n + 1) : -2);
+  return n >= 0 ? n + 1 : 2;
+}
+
+/* The function coroutine.wrap returns: upvalue 1 is its coroutine. On an
+   error the coroutine is closed (its to-be-closed variables run) and the
+   error goes on to the caller, a string with the caller's position. */
+static int guarded_wrapped(lua_State *L) {
+  lua_State *co = lua_tothread(L, lua_upvalueindex(1));
+  int n = resume_running(L, co, lua_gettop(L)), st;
+  if (n >= 0)
+    return n;
+  st = lua_status(co);
+  if (st != LUA_OK && st != LUA_YIELD) { /* it died: close it */
+    st = luna__close_thread(co, L);
+    lua_xmove(co, L, 1); /* the error, or one a closing handler raised */
+  }
+  if (st != LUA_ERRMEM && lua_type(L, -1) == LUA_TSTRING) {
+    luaL_where(L, 1);
+    lua_insert(L, -2);
+    lua_concat(L, 2);
+  }
+  return lua_error(L);
+}
+
+/* coroutine.wrap(f) */
+static int guarded_wrap(lua_State *L) {
+  lua_State *co;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  co = lua_newthread(L);
+  lua_pushvalue(L, 1);
+  lua_xmove(L, co, 1);
+  lua_pushcclosure(L, guarded_wrapped, 1);
+  return 1;
+}
+
+LUNA_API void luna_lua_guard_interrupts(lua_State *L) {
   luna__push_guarded_xpcall(L);
   lua_setglobal(L, "xpcall");
+  if (lua_getglobal(L, "coroutine") == LUA_TTABLE) {
+    lua_pushcfunction(L, guarded_resume);
+    lua_setfield(L, -2, "resume");
+    lua_pushcfunction(L, guarded_wrap);
+    lua_setfield(L, -2, "wrap");
+  }
+  lua_pop(L, 1);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------- */

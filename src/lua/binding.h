@@ -272,8 +272,16 @@ luna__binding *luna__get_binding(lua_State *L);
    except that msgh is skipped (the error goes through unchanged) while an
    interrupt or a budget stop is being raised: Lua runs a message handler
    with hooks off when the error comes from a hook, so a handler that
-   loops would be beyond both. See luna_lua_guard_xpcall. */
+   loops would be beyond both. See luna_lua_guard_interrupts. */
 void luna__push_guarded_xpcall(lua_State *L);
+
+/* Closes a dead or suspended coroutine's pending to-be-closed variables
+   (lua_closethread from Lua 5.4.6, lua_resetthread before): its status. */
+#if LUA_VERSION_NUM == 504 && LUA_VERSION_RELEASE_NUM >= 50406
+#define luna__close_thread(co, from) lua_closethread((co), (from))
+#else
+#define luna__close_thread(co, from) ((void)(from), lua_resetthread(co))
+#endif
 
 /* Pushes the cancellation error value. */
 void luna__push_cancel_error(lua_State *L);

@@ -14,12 +14,6 @@
 #include "binding.h"
 #include "loop_internal.h"
 
-#if LUA_VERSION_NUM == 504 && LUA_VERSION_RELEASE_NUM >= 50406
-#define close_thread(co, from) lua_closethread((co), (from))
-#else
-#define close_thread(co, from) ((void)(from), lua_resetthread(co))
-#endif
-
 /* ---- checked accessors ---------------------------------------------------- */
 
 luna__task *luna__test_task(lua_State *L, int idx) {
@@ -386,7 +380,7 @@ static int traceback_of(lua_State *L) {
    current task meanwhile, as during a resume, so a handler that cancels
    its own task or another one sees the same rules as in the task's body
    (a cancellation it makes while another unwinds is queued), and
-   task.current() is t. Returns close_thread's status. */
+   task.current() is t. Returns luna__close_thread's status. */
 static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
   luna__task *outer = b->current, *outer_task = luna__running_task;
   lua_State *outer_running = luna__running;
@@ -395,7 +389,7 @@ static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
   luna__running_task = t;
   luna__running = t->co;
   b->depth++;
-  st = close_thread(t->co, L);
+  st = luna__close_thread(t->co, L);
   b->depth--;
   b->current = outer;
   luna__running_task = outer_task;

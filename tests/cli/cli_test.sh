@@ -293,4 +293,24 @@ case_interrupt_loop_in_message_handler() {
   expect_out '^closed$'
 }
 
+case_interrupt_loop_in_coroutine() {
+  for which in wrap resume; do
+    status=0
+    timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever_coroutine.lua" "$which" \
+      >"$OUT" 2>"$ERR" </dev/null || status=$?
+    expect_status 130
+    expect_stdout looping closed
+    [ ! -s "$ERR" ] || fail "$which: a cancelled task reports nothing"
+  done
+}
+
+# The coroutine functions that lunaloop run replaces (so that Ctrl-C reaches
+# a plain coroutine) give what the stock lua5.4 gives, line for line.
+case_coroutines_as_stock_lua() {
+  command -v lua5.4 >/dev/null || fail "lua5.4 is not installed (scripts/test installs it)"
+  ll run "$S/coroutines.lua"
+  expect_status 0
+  diff -u <(lua5.4 "$S/coroutines.lua") "$OUT" >&2 || fail "not what lua5.4 prints"
+}
+
 "case_$CASE"
