@@ -146,21 +146,17 @@ LUNA_API void luna_lua_interrupt(void);
    driver has control again (after the frame), before cancelling tasks. */
 LUNA_API void luna_lua_interrupt_clear(void);
 
-/* Makes luna_lua_interrupt reach all the Lua code of L's state. Replaces
-   the globals xpcall, coroutine.resume and coroutine.wrap with versions
-   that behave as the base library's (same results and errors, yieldable
-   inside tasks) except that:
-   - xpcall does not call its message handler for the error of
-     luna_lua_interrupt or of a mod's instruction budget (Lua calls a
-     handler with hooks off when the error comes from a hook, so a handler
-     that loops could never be stopped);
-   - a plain coroutine being resumed is where the interrupt lands (it runs
-     on a thread of its own, which the binding does not resume), and an
-     interrupt that stopped it stops its resumer too.
-   Call it after luaL_openlibs when the host uses luna_lua_interrupt;
-   `lunaloop run` and `lunaloop repl` do (a mod's sandbox has the xpcall;
-   its budget reaches its coroutines). Code that kept the old functions in
-   locals keeps them. Raises only on memory errors. */
+/* Makes luna_lua_interrupt reach plain coroutines of L's state: replaces
+   the globals coroutine.resume and coroutine.wrap with versions that give
+   what the base library's give (same results, errors and to-be-closed
+   handling) and that make the coroutine being resumed the interrupt's
+   target (it runs on a thread of its own, which the binding does not
+   resume); an interrupt that stopped it stops its resumer too. Call it
+   after luaL_openlibs when the host uses luna_lua_interrupt; `lunaloop
+   run` and `lunaloop repl` do. Code that kept the old functions in locals
+   keeps them. Raises only on memory errors. (Not reached: a message
+   handler that is running when the interrupt comes, since Lua runs it
+   again with hooks off; a mod's sandbox has an xpcall for its budget.) */
 LUNA_API void luna_lua_guard_interrupts(lua_State *L);
 
 /* Pushes a string for the value at idx, as tostring() would, and returns

@@ -292,14 +292,17 @@ static int l_on_error(lua_State *L) {
     lua_pop(L, 1);
   }
   if (foreground && !lua_isstring(L, 1)) {
-    /* As the stock lua shows it: a __tostring message alone, otherwise
+    /* As the stock lua shows it: a string from __tostring alone, otherwise
        what kind of value was raised, with the traceback. */
     if (luaL_getmetafield(L, 1, "__tostring") != LUA_TNIL) {
-      lua_pop(L, 1);
-      tb = NULL;
-    } else {
-      msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+      lua_pushvalue(L, 1);
+      if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING) {
+        msg = lua_tostring(L, -1);
+        tb = NULL;
+      }
     }
+    if (tb != NULL)
+      msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
   luaL_Buffer b;
   if (!foreground) {

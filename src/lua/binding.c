@@ -208,9 +208,12 @@ int luna__set_handler(lua_State *L) {
 static _Thread_local volatile sig_atomic_t interrupt_pending LUNA__TLS_MODEL;
 
 /* Raises the interrupt on L: the cancellation error in the task being
-   resumed (which it cancels), "interrupted" anywhere else. */
+   resumed (which it cancels), "interrupted" anywhere else. In the __close
+   handlers of a task that ended (close_in_task) it raises once. */
 static int raise_interrupt(lua_State *L) {
   luna__binding *b = luna__get_binding(L);
+  if (b != NULL && b->closing_task != NULL && b->closing_task->co == L)
+    lua_sethook(L, NULL, 0, 0); /* once: the task's other __close handlers run */
   if (b != NULL && b->current != NULL && b->current->co == L) {
     b->current->cancel_requested = true;
     luna__push_cancel_error(L);
@@ -247,31 +250,28 @@ LUNA_API void luna_lua_interrupt(void) {
 
 /* ---- xpcall that a stop goes through ---------------------------------------- */
 
-/* True while an interrupt (this thread) or a budget stop (L's state) is
-   being raised: what the guarded message handler lets through as is. */
-static bool stop_raising(lua_State *L) {
+/* True when the error at idx is a stop being raised: a mod's budget error
+   while its stop is on, or, while an interrupt is pending on this thread,
+   the interrupt's error (the cancellation error, or "... interrupted").
+   Any other error meanwhile (say in a __close handler) is an ordinary one. */
+static bool is_stop_error(lua_State *L, int idx) {
+  const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
   luna__binding *b;
-  if (interrupt_pending)
-    return true;
+  if (interrupt_pending) {
+    size_t n = s != NULL ? strlen(s) : 0;
+    if (luna__is_cancel_error(L, idx) || (n >= 11 && strcmp(s + n - 11, "interrupted") == 0))
+      return true;
+  }
   b = luna__get_binding(L);
-  return b != NULL && b->stopping;
+  return s != NULL && b != NULL && b->stop_msg != NULL && strcmp(s, b->stop_msg) == 0;
 }
 
-/* The message handler of a guarded xpcall: upvalue 1 is the caller's,
-   upvalue 2 the debug library's traceback (or nil). The caller's handler
-   runs one C call below the error, so a handler that reads the stack sees
-   this frame too; debug.traceback itself, the usual handler, is run here
-   instead, with the levels it would have had. */
+/* The message handler of a guarded xpcall: upvalue 1 is the caller's. It
+   runs one C call below the error, so a handler that reads the stack
+   (debug.getinfo, debug.traceback with a level) sees this frame too. */
 static int guarded_handler(lua_State *L) {
-  if (stop_raising(L))
+  if (is_stop_error(L, 1))
     return 1; /* the stop's error, unchanged */
-  if (lua_rawequal(L, lua_upvalueindex(1), lua_upvalueindex(2))) {
-    const char *msg = lua_tostring(L, 1);
-    if (msg == NULL && !lua_isnoneornil(L, 1))
-      return 1; /* a non-string error goes through, as traceback does */
-    luaL_traceback(L, L, msg, 1);
-    return 1;
-  }
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
   lua_call(L, lua_gettop(L) - 1, 1);
@@ -289,15 +289,11 @@ static int guarded_done(lua_State *L, int status, lua_KContext base) {
   return lua_gettop(L) - (int)base; /* true, the results */
 }
 
-/* The guarded xpcall: upvalue 1 is debug.traceback (or nil). */
 static int guarded_xpcall(lua_State *L) {
   int nargs = lua_gettop(L) - 2;
-  if (lua_type(L, 2) != LUA_TFUNCTION) /* named: no global table holds this xpcall */
-    return luaL_error(L, "bad argument #2 to 'xpcall' (function expected, got %s)",
-                      lua_isnone(L, 2) ? "no value" : luaL_typename(L, 2));
+  luaL_checktype(L, 2, LUA_TFUNCTION);
   lua_pushvalue(L, 2);
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_pushcclosure(L, guarded_handler, 2);
+  lua_pushcclosure(L, guarded_handler, 1);
   lua_replace(L, 2);    /* f, handler, args... */
   lua_pushboolean(L, 1);
   lua_pushvalue(L, 1);
@@ -306,14 +302,7 @@ static int guarded_xpcall(lua_State *L) {
 }
 
 void luna__push_guarded_xpcall(lua_State *L) {
-  lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  if (lua_getfield(L, -1, "debug") == LUA_TTABLE)
-    lua_getfield(L, -1, "traceback");
-  else
-    lua_pushnil(L);
-  lua_pushcclosure(L, guarded_xpcall, 1);
-  lua_replace(L, -3);
-  lua_pop(L, 1);
+  lua_pushcfunction(L, guarded_xpcall);
 }
 
 /* ---- coroutines that an interrupt reaches ------------------------------------ */
@@ -401,8 +390,6 @@ static int guarded_wrap(lua_State *L) {
 }
 
 LUNA_API void luna_lua_guard_interrupts(lua_State *L) {
-  luna__push_guarded_xpcall(L);
-  lua_setglobal(L, "xpcall");
   if (lua_getglobal(L, "coroutine") == LUA_TTABLE) {
     lua_pushcfunction(L, guarded_resume);
     lua_setfield(L, -2, "resume");

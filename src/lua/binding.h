@@ -219,9 +219,11 @@ struct luna__binding {
   luna__observer observers[LUNA__OBSERVERS];
   bool creation_traceback; /* task.debug{creation_traceback}: keep a traceback
                               of every task's spawn (luna__note_creation) */
-  bool stopping;          /* a mod's budget stop is being raised
-                              (src/mods/budget.c): guarded xpcall message
-                              handlers are skipped meanwhile */
+  luna__task *closing_task; /* innermost task whose __close handlers run after
+                              its resume ended (task.c, close_in_task) */
+  const char *stop_msg;   /* while a mod's budget stop is on, its error
+                              (src/mods/budget.c): a guarded xpcall lets it
+                              through without calling the handler */
   /* reporting and exit */
   uint64_t errors;
   bool exit_requested;
@@ -268,11 +270,12 @@ luna__binding *luna__check_binding(lua_State *L);
 /* The binding of L or NULL, never raises. */
 luna__binding *luna__get_binding(lua_State *L);
 
-/* Pushes xpcall(f, msgh, ...) as the base library's, yieldable the same way,
-   except that msgh is skipped (the error goes through unchanged) while an
-   interrupt or a budget stop is being raised: Lua runs a message handler
-   with hooks off when the error comes from a hook, so a handler that
-   loops would be beyond both. See luna_lua_guard_interrupts. */
+/* Pushes xpcall(f, msgh, ...) as the base library's (yieldable the same
+   way), except that msgh is not called for a stop's error: a mod's budget
+   error while its stop is on, an interrupt's while one is pending. Lua
+   runs a message handler with hooks off when the error was raised from a
+   hook, so a handler that loops would be beyond both. The handler runs
+   one C call deeper than with the stock xpcall. A mod's sandbox has it. */
 void luna__push_guarded_xpcall(lua_State *L);
 
 /* Closes a dead or suspended coroutine's pending to-be-closed variables

@@ -380,11 +380,13 @@ static int traceback_of(lua_State *L) {
    current task meanwhile, as during a resume, so a handler that cancels
    its own task or another one sees the same rules as in the task's body
    (a cancellation it makes while another unwinds is queued), and
-   task.current() is t. Returns luna__close_thread's status. */
+   task.current() is t. An interrupt stops the handler it lands in, once:
+   the other handlers still run. Returns luna__close_thread's status. */
 static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
-  luna__task *outer = b->current, *outer_task = luna__running_task;
+  luna__task *outer = b->current, *outer_task = luna__running_task, *outer_closing = b->closing_task;
   lua_State *outer_running = luna__running;
   int st;
+  b->closing_task = t;
   b->current = t;
   luna__running_task = t;
   luna__running = t->co;
@@ -392,6 +394,7 @@ static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
   st = luna__close_thread(t->co, L);
   b->depth--;
   b->current = outer;
+  b->closing_task = outer_closing;
   luna__running_task = outer_task;
   luna__running = outer_running;
   return st;
@@ -448,7 +451,9 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
        ran fine; a changed error value is what tells a handler raised.) */
     lua_pushvalue(t->co, -1);
     lua_xmove(t->co, L, 1);
-    if (!lua_rawequal(L, -1, err)) {
+    /* A cancellation (Ctrl-C in a handler, a handler cancelling its own
+       task) is not reported; the task ends cancelled, below. */
+    if (!lua_rawequal(L, -1, err) && !luna__is_cancel_error(L, -1)) {
       lua_pushfstring(L, "to-be-closed variable of task %s", lua_tostring(L, label));
       luna__report(b, L, -2, 0, task_idx, lua_tostring(L, -1));
       lua_pop(L, 1);

@@ -63,13 +63,14 @@ static int raise_exceeded(lua_State *L, luna__mod *m) {
   return lua_error(L);
 }
 
-/* m->exceeded, mirrored in the binding so that the sandbox's xpcall lets
-   the stop's error through without calling a message handler (Lua would
-   call it with hooks off, where a loop could never be stopped). */
+/* m->exceeded, mirrored in the binding (the stop's message) so that the
+   sandbox's xpcall lets that error through without calling a message
+   handler (Lua would call it with hooks off, where a loop could never be
+   stopped). */
 static void set_exceeded(luna__mod *m, bool exceeded) {
   m->exceeded = exceeded;
-  if (m->binding != NULL)
-    m->binding->stopping = exceeded;
+  if (m->binding != NULL) /* the text is written before it is raised */
+    m->binding->stop_msg = exceeded ? m->exceeded_msg : NULL;
 }
 
 static void budget_hook(lua_State *L, lua_Debug *ar) {

@@ -60,7 +60,7 @@ struct luna__mod {
   int depth;                  /* nesting of budget contexts */
   bool exceeded;              /* this context ran out: raise everywhere */
   struct luna__binding *binding; /* L's, cached at luna__budget_install: its
-                                 `stopping` mirrors `exceeded` */
+                                 `stop_msg` mirrors `exceeded` */
   char exceeded_msg[200];     /* the first error of it, raised again */
   lua_State *ctx_thread;      /* thread the outermost context began on */
   int running;                /* > 0 while the set itself calls into L */

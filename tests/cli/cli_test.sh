@@ -282,15 +282,22 @@ case_interrupt_busy_under_pcall() {
   expect_out '^closed$'
 }
 
-case_interrupt_loop_in_message_handler() {
+case_interrupt_loop_in_xpcall() {
   status=0
   timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever_msgh.lua" >"$OUT" 2>"$ERR" </dev/null ||
     status=$?
   expect_status 130
-  expect_out '^true	42$'
-  expect_out '^true$'
-  expect_out '^looping$'
-  expect_out '^closed$'
+  expect_stdout "true${T}42" true C looping closed
+}
+
+case_interrupt_loop_in_close_handler() {
+  status=0
+  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever_close.lua" >"$OUT" 2>"$ERR" </dev/null ||
+    status=$?
+  expect_status 130
+  expect_stdout "r2 looping" "r1 closed"
+  expect_err 'task .*forever_close.lua:5 failed: tfail$'
+  ! grep -q "to-be-closed" "$ERR" || fail "the cancellation is reported as a __close failure"
 }
 
 case_interrupt_loop_in_coroutine() {

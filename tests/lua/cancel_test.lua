@@ -166,6 +166,32 @@ H.case("close_handler_cancelling_the_canceller_queues_it", function()
   H.eq(b:status(), "cancelled")
 end)
 
+-- A failed task whose __close handler cancels its own task: the handler
+-- stops there (the cancellation is raised in it), the task's other
+-- handlers run, it ends cancelled, and only its own error is reported: a
+-- cancellation is never reported, also from a __close handler (review).
+H.case("failed_task_cancelling_itself_in_close_is_not_a_close_failure", function()
+  local reports, restore = H.capture_errors()
+  local log = {}
+  local t = task.spawn(function()
+    local r0 <close> = setmetatable({}, {__close = function(_, err)
+      log[#log + 1] = "r0 sees cancellation: " .. tostring(task.is_cancelled(err))
+    end})
+    local r <close> = setmetatable({}, {__close = function()
+      task.cancel(task.current())
+      log[#log + 1] = "not reached"
+    end})
+    task.yield()
+    error("failA", 0)
+  end)
+  task.step()
+  restore()
+  H.eq(log, {"r0 sees cancellation: true"})
+  H.eq(t:status(), "cancelled")
+  H.eq(#reports, 1)
+  H.eq(reports[1].err, "failA")
+end)
+
 H.case("two_hundred_chained_cancels", function()
   local n = 200
   local tasks, closed = {}, 0

