@@ -300,6 +300,14 @@ case_interrupt_loop_in_close_handler() {
   ! grep -q "to-be-closed" "$ERR" || fail "the cancellation is reported as a __close failure"
 }
 
+case_interrupt_then_xpcall_in_close_handler() {
+  status=0
+  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/close_xpcall.lua" >"$OUT" 2>"$ERR" </dev/null ||
+    status=$?
+  expect_status 130
+  expect_stdout waiting "close${T}false${T}handled cx"
+}
+
 case_interrupt_loop_in_coroutine() {
   for which in wrap resume; do
     status=0

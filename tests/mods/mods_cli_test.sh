@@ -94,6 +94,26 @@ case_shutdown_errors() {
     fail "the summary is not the last thing on stderr"
 }
 
+# After Ctrl-C the mods' tasks are cancelled with an interrupt still
+# pending: an ordinary error in an xpcall of a __close handler must get its
+# message handler (review: the sandbox's xpcall skipped every handler while
+# the interrupt was pending). Only the stop's own error skips it.
+case_interrupt_then_xpcall_in_close_handler() {
+  mkdir -p "$TMP/x"
+  printf '%s\n' 'task.spawn(function()' \
+    '  local r <close> = setmetatable({}, {__close = function()' \
+    '    print("close", xpcall(error, function(e) return "handled " .. e end, "cx", 0))' \
+    '  end})' \
+    '  print("waiting")' \
+    '  task.delay(100)' 'end)' >"$TMP/x/mod.lua"
+  status=0
+  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" mods "$TMP" >"$OUT" 2>"$ERR" </dev/null ||
+    status=$?
+  expect_status 130
+  expect_out '^\[x\] waiting$'
+  expect_out '^\[x\] close	false	handled cx$'
+}
+
 case_usage_errors() {
   ll mods
   expect_status 2
