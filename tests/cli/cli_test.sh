@@ -250,14 +250,19 @@ case_realtime_pacing() {
 }
 
 # Ctrl-C: exit 130 after cancelling every task, to-be-closed variables run.
+# ll_interrupted ARGS...: as ll, with one SIGINT after a second.
 # --preserve-status makes timeout return lunaloop's own status. --foreground
 # matters: without it timeout sends SIGINT twice (to the child, then to its
 # whole process group), and a second Ctrl-C is meant to kill at once, so the
 # test would race between a clean exit and a kill.
-case_interrupt_yielding() {
+ll_interrupted() {
   status=0
-  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever.lua" >"$OUT" 2>"$ERR" </dev/null ||
+  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" "$@" >"$OUT" 2>"$ERR" </dev/null ||
     status=$?
+}
+
+case_interrupt_yielding() {
+  ll_interrupted run "$S/forever.lua"
   expect_status 130
   expect_out '^started$'
   expect_out '^main closed'
@@ -265,35 +270,27 @@ case_interrupt_yielding() {
 }
 
 case_interrupt_busy() {
-  status=0
-  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/busy.lua" >"$OUT" 2>"$ERR" </dev/null ||
-    status=$?
+  ll_interrupted run "$S/busy.lua"
   expect_status 130
   expect_out '^started$'
   expect_out '^busy closed$'
 }
 
 case_interrupt_busy_under_pcall() {
-  status=0
-  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever_pcall.lua" >"$OUT" 2>"$ERR" </dev/null ||
-    status=$?
+  ll_interrupted run "$S/forever_pcall.lua"
   expect_status 130
   expect_out '^looping$'
   expect_out '^closed$'
 }
 
 case_interrupt_loop_in_xpcall() {
-  status=0
-  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever_msgh.lua" >"$OUT" 2>"$ERR" </dev/null ||
-    status=$?
+  ll_interrupted run "$S/forever_msgh.lua"
   expect_status 130
   expect_stdout "true${T}42" true C looping closed
 }
 
 case_interrupt_loop_in_close_handler() {
-  status=0
-  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever_close.lua" >"$OUT" 2>"$ERR" </dev/null ||
-    status=$?
+  ll_interrupted run "$S/forever_close.lua"
   expect_status 130
   expect_stdout "r2 looping" "r1 closed"
   expect_err 'task .*forever_close.lua:5 failed: tfail$'
@@ -301,18 +298,14 @@ case_interrupt_loop_in_close_handler() {
 }
 
 case_interrupt_then_xpcall_in_close_handler() {
-  status=0
-  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/close_xpcall.lua" >"$OUT" 2>"$ERR" </dev/null ||
-    status=$?
+  ll_interrupted run "$S/close_xpcall.lua"
   expect_status 130
   expect_stdout waiting "close${T}false${T}handled cx"
 }
 
 case_interrupt_loop_in_coroutine() {
   for which in wrap resume; do
-    status=0
-    timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" run "$S/forever_coroutine.lua" "$which" \
-      >"$OUT" 2>"$ERR" </dev/null || status=$?
+    ll_interrupted run "$S/forever_coroutine.lua" "$which"
     expect_status 130
     expect_stdout looping closed
     [ ! -s "$ERR" ] || fail "$which: a cancelled task reports nothing"
