@@ -378,13 +378,18 @@ static int guarded_wrapped(lua_State *L) {
   return lua_error(L);
 }
 
-/* coroutine.wrap(f) */
-static int guarded_wrap(lua_State *L) {
+lua_State *luna__push_coroutine(lua_State *L) {
   lua_State *co;
   luaL_checktype(L, 1, LUA_TFUNCTION);
   co = lua_newthread(L);
   lua_pushvalue(L, 1);
   lua_xmove(L, co, 1);
+  return co;
+}
+
+/* coroutine.wrap(f) */
+static int guarded_wrap(lua_State *L) {
+  luna__push_coroutine(L);
   lua_pushcclosure(L, guarded_wrapped, 1);
   return 1;
 }

@@ -278,6 +278,11 @@ luna__binding *luna__get_binding(lua_State *L);
    one C call deeper than with the stock xpcall. A mod's sandbox has it. */
 void luna__push_guarded_xpcall(lua_State *L);
 
+/* coroutine.create's work: pushes a new thread holding the function that
+   is argument 1 of the calling C function (raises an argument error when
+   it is not a function) and returns it. */
+lua_State *luna__push_coroutine(lua_State *L);
+
 /* Closes a dead or suspended coroutine's pending to-be-closed variables
    (lua_closethread from Lua 5.4.6, lua_resetthread before): its status. */
 #if LUA_VERSION_NUM == 504 && LUA_VERSION_RELEASE_NUM >= 50406

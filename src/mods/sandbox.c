@@ -322,11 +322,7 @@ static void remember_thread(lua_State *L, int idx) {
 
 /* coroutine.create(f): as stock, with the budget hook on the new thread. */
 static int l_co_create(lua_State *L) {
-  lua_State *co;
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  co = lua_newthread(L);
-  lua_pushvalue(L, 1);
-  lua_xmove(L, co, 1);
+  lua_State *co = luna__push_coroutine(L);
   luna__budget_hook_thread(luna__mod_of(L), co);
   remember_thread(L, -1);
   return 1;
