@@ -294,14 +294,19 @@ static int l_on_error(lua_State *L) {
   if (foreground && !lua_isstring(L, 1)) {
     /* As the stock lua shows it: a string from __tostring alone, otherwise
        what kind of value was raised, with the traceback. */
+    bool shown = false;
     if (luaL_getmetafield(L, 1, "__tostring") != LUA_TNIL) {
       lua_pushvalue(L, 1);
-      if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING) {
+      if (lua_pcall(L, 1, 1, 0) != LUA_OK) { /* what __tostring raised */
+        msg = luna_lua_tostring(L, -1);
+        shown = true;
+      } else if (lua_type(L, -1) == LUA_TSTRING) {
         msg = lua_tostring(L, -1);
         tb = NULL;
+        shown = true;
       }
     }
-    if (tb != NULL)
+    if (!shown)
       msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
   luaL_Buffer b;

@@ -46,6 +46,20 @@ void luna__push_cancel_error(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &cancel_key);
 }
 
+/* The last error one of our hooks raised (registry), for the guarded
+   xpcall: Lua calls a message handler with hooks off for such an error. */
+static const char hook_error_key = 0;
+
+int luna__raise_from_hook(lua_State *L, luna__hook_error kind) {
+  luna__binding *b = luna__get_binding(L);
+  if (b != NULL) {
+    b->hook_error = (uint8_t)kind;
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &hook_error_key);
+  }
+  return lua_error(L);
+}
+
 static bool has_metatable(lua_State *L, int idx, const char *name) {
   bool same;
   if (!lua_getmetatable(L, idx))
@@ -208,23 +222,36 @@ int luna__set_handler(lua_State *L) {
 static _Thread_local volatile sig_atomic_t interrupt_pending LUNA__TLS_MODEL;
 
 /* Raises the interrupt on L: the cancellation error in the task being
-   resumed (which it cancels), "interrupted" anywhere else. In the __close
-   handlers of a task that ended (close_in_task) it raises once. */
+   resumed (which it cancels), "interrupted" anywhere else. */
 static int raise_interrupt(lua_State *L) {
   luna__binding *b = luna__get_binding(L);
-  if (b != NULL && b->closing_task != NULL && b->closing_task->co == L)
-    lua_sethook(L, NULL, 0, 0); /* once: the task's other __close handlers run */
   if (b != NULL && b->current != NULL && b->current->co == L) {
     b->current->cancel_requested = true;
     luna__push_cancel_error(L);
-    return lua_error(L);
+  } else {
+    luaL_where(L, 1);
+    lua_pushliteral(L, "interrupted");
+    lua_concat(L, 2);
   }
-  return luaL_error(L, "interrupted");
+  return luna__raise_from_hook(L, LUNA__HOOK_INTERRUPT);
+}
+
+/* True when L runs the __close handlers of a task that ended and the
+   function just called is one of them (nothing below it but the base). */
+static bool next_close_handler(lua_State *L, lua_Debug *ar) {
+  luna__binding *b;
+  lua_Debug below;
+  if (ar->event != LUA_HOOKCALL || lua_getstack(L, 1, &below))
+    return false;
+  b = luna__get_binding(L);
+  return b != NULL && b->closing_task != NULL && b->closing_task->co == L;
 }
 
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
-  (void)ar;
-  if (!interrupt_pending) {
+  if (!interrupt_pending || next_close_handler(L, ar)) {
+    /* Done; or the interrupt stopped one __close handler of an ended task
+       (raising at every instruction, a pcall there cannot keep it going)
+       and the next one begins: that one runs. */
     lua_sethook(L, NULL, 0, 0);
     return;
   }
@@ -250,20 +277,29 @@ LUNA_API void luna_lua_interrupt(void) {
 
 /* ---- xpcall that a stop goes through ---------------------------------------- */
 
-/* True when the error at idx is a stop being raised: a mod's budget error
-   while its stop is on, or, while an interrupt is pending on this thread,
-   the interrupt's error (the cancellation error, or "... interrupted").
-   Any other error meanwhile (say in a __close handler) is an ordinary one. */
+/* True when the error at idx is the one our hooks raised last and it still
+   stands: an interrupt's while one is pending on this thread, a mod's
+   budget error while its stop is on, the bare-yield error (one-shot). Any
+   other error meanwhile (say in a __close handler) is an ordinary one. */
 static bool is_stop_error(lua_State *L, int idx) {
-  const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
   luna__binding *b;
-  if (interrupt_pending) {
-    size_t n = s != NULL ? strlen(s) : 0;
-    if (luna__is_cancel_error(L, idx) || (n >= 11 && strcmp(s + n - 11, "interrupted") == 0))
-      return true;
+  bool same;
+  idx = lua_absindex(L, idx);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &hook_error_key);
+  same = !lua_isnil(L, -1) && lua_rawequal(L, -1, idx);
+  lua_pop(L, 1);
+  if (!same || (b = luna__get_binding(L)) == NULL)
+    return false;
+  switch ((luna__hook_error)b->hook_error) {
+  case LUNA__HOOK_INTERRUPT:
+    return interrupt_pending;
+  case LUNA__HOOK_BUDGET:
+    return b->stop_msg != NULL;
+  case LUNA__HOOK_BARE_YIELD:
+    return true;
+  default:
+    return false;
   }
-  b = luna__get_binding(L);
-  return s != NULL && b != NULL && b->stop_msg != NULL && strcmp(s, b->stop_msg) == 0;
 }
 
 /* The message handler of a guarded xpcall: upvalue 1 is the caller's. It
@@ -312,12 +348,35 @@ void luna__push_guarded_xpcall(lua_State *L) {
    its own, where a loop would never see it. These versions of resume and
    wrap make the coroutine luna__running while it runs. */
 
+/* Closes co's pending to-be-closed variables (dead or suspended co) with
+   co as luna__running, so an interrupt reaches a handler that loops. */
+static int close_running(lua_State *L, lua_State *co) {
+  lua_State *outer = luna__running;
+  int st;
+  luna__running = co;
+  st = luna__close_thread(co, L);
+  luna__running = outer;
+  return st;
+}
+
+/* After co ran or closed: an interrupt that landed in it left its hook on
+   co. Then co is closed (its handlers run without that hook, as a task's
+   own do when an interrupt unwinds it) and the interrupt goes on in L, so
+   the code that resumed co stops too: a task is cancelled, not failed. */
+static void pass_interrupt(lua_State *L, lua_State *co) {
+  if (!interrupt_pending || lua_gethook(co) != interrupt_hook)
+    return;
+  lua_sethook(co, NULL, 0, 0);
+  close_running(L, co);
+  pass_interrupt(L, co); /* one that landed in a handler meanwhile */
+  lua_sethook(L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+  raise_interrupt(L);
+}
+
 /* Resumes co with the nargs values on top of L, co being luna__running
    meanwhile. Returns how many results it moved to L, or -1 with an error
    value on top of L (co's error, or what kept the values from moving), as
-   the base library's resume does. An interrupt that landed in co (its
-   hook is on co) is raised on L instead, so the code that resumed co
-   stops too. */
+   the base library's resume does. */
 static int resume_running(lua_State *L, lua_State *co, int nargs) {
   lua_State *outer = luna__running;
   int st, nres;
@@ -329,10 +388,7 @@ static int resume_running(lua_State *L, lua_State *co, int nargs) {
   luna__running = co;
   st = lua_resume(co, L, nargs, &nres);
   luna__running = outer;
-  if (interrupt_pending && lua_gethook(co) == interrupt_hook) {
-    lua_sethook(L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
-    raise_interrupt(L); /* not co's "interrupted": a task is cancelled */
-  }
+  pass_interrupt(L, co);
   if (st != LUA_OK && st != LUA_YIELD) {
     lua_xmove(co, L, 1);
     return -1;
@@ -367,7 +423,8 @@ static int guarded_wrapped(lua_State *L) {
     return n;
   st = lua_status(co);
   if (st != LUA_OK && st != LUA_YIELD) { /* it died: close it */
-    st = luna__close_thread(co, L);
+    st = close_running(L, co);
+    pass_interrupt(L, co);
     lua_xmove(co, L, 1); /* the error, or one a closing handler raised */
   }
   if (st != LUA_ERRMEM && lua_type(L, -1) == LUA_TSTRING) {
@@ -376,6 +433,28 @@ static int guarded_wrapped(lua_State *L) {
     lua_concat(L, 2);
   }
   return lua_error(L);
+}
+
+/* coroutine.close(co) -> true | false, err: for a dead or suspended one;
+   "cannot close a running/normal coroutine" otherwise, as the base
+   library says it. */
+static int guarded_close(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  lua_Debug ar;
+  luaL_argexpected(L, co != NULL, 1, "thread");
+  if (co == L)
+    return luaL_error(L, "cannot close a running coroutine");
+  if (lua_status(co) == LUA_OK && lua_getstack(co, 0, &ar))
+    return luaL_error(L, "cannot close a normal coroutine");
+  if (close_running(L, co) == LUA_OK) {
+    pass_interrupt(L, co);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  pass_interrupt(L, co);
+  lua_pushboolean(L, 0);
+  lua_xmove(co, L, 1);
+  return 2;
 }
 
 lua_State *luna__push_coroutine(lua_State *L) {
@@ -400,6 +479,8 @@ LUNA_API void luna_lua_guard_interrupts(lua_State *L) {
     lua_setfield(L, -2, "resume");
     lua_pushcfunction(L, guarded_wrap);
     lua_setfield(L, -2, "wrap");
+    lua_pushcfunction(L, guarded_close);
+    lua_setfield(L, -2, "close");
   }
   lua_pop(L, 1);
 }

@@ -221,6 +221,12 @@ struct luna__binding {
                               of every task's spawn (luna__note_creation) */
   luna__task *closing_task; /* innermost task whose __close handlers run after
                               its resume ended (task.c, close_in_task) */
+  struct {
+    lua_Hook hook;
+    int mask, count;
+  } bare_prev;            /* the hook that bare_yield_hook replaced (task.c) */
+  uint8_t hook_error;     /* luna__hook_error: who raised the registry's
+                              last hook error (luna__raise_from_hook) */
   const char *stop_msg;   /* while a mod's budget stop is on, its error
                               (src/mods/budget.c): a guarded xpcall lets it
                               through without calling the handler */
@@ -270,12 +276,24 @@ luna__binding *luna__check_binding(lua_State *L);
 /* The binding of L or NULL, never raises. */
 luna__binding *luna__get_binding(lua_State *L);
 
+/* Who raised an error from a hook (luna__raise_from_hook). */
+typedef enum luna__hook_error {
+  LUNA__HOOK_NONE,
+  LUNA__HOOK_INTERRUPT,  /* luna_lua_interrupt: stands while it is pending */
+  LUNA__HOOK_BUDGET,     /* a mod's budget: stands while its stop is on */
+  LUNA__HOOK_BARE_YIELD  /* a bare coroutine.yield in a task: one-shot */
+} luna__hook_error;
+
+/* Raises the value on top of L from inside a hook, noting it (and `kind`)
+   for the guarded xpcall, which lets such an error through without its
+   message handler: Lua calls a handler with hooks off for it, so a loop
+   there could never be stopped. */
+int luna__raise_from_hook(lua_State *L, luna__hook_error kind);
+
 /* Pushes xpcall(f, msgh, ...) as the base library's (yieldable the same
-   way), except that msgh is not called for a stop's error: a mod's budget
-   error while its stop is on, an interrupt's while one is pending. Lua
-   runs a message handler with hooks off when the error was raised from a
-   hook, so a handler that loops would be beyond both. The handler runs
-   one C call deeper than with the stock xpcall. A mod's sandbox has it. */
+   way), except that msgh is not called for an error one of our hooks
+   raised, while it stands (see luna__hook_error). The handler runs one C
+   call deeper than with the stock xpcall. A mod's sandbox has it. */
 void luna__push_guarded_xpcall(lua_State *L);
 
 /* coroutine.create's work: pushes a new thread holding the function that

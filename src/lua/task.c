@@ -492,10 +492,27 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
    hook raises the error at the next instruction, from inside the task, so
    its to-be-closed variables and traceback see the right place. */
 static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
+  luna__binding *b = luna__get_binding(L);
   (void)ar;
-  lua_sethook(L, NULL, 0, 0);
-  luaL_error(L, "coroutine.yield inside a task: use a task.* await "
-                "(task.yield, task.delay, task.await, ...) instead");
+  /* Puts back the hook it replaced (a mod's budget, a pending interrupt):
+     a pcall around the bare yield must not leave the task unhooked. */
+  if (b != NULL)
+    lua_sethook(L, b->bare_prev.hook, b->bare_prev.mask, b->bare_prev.count);
+  else
+    lua_sethook(L, NULL, 0, 0);
+  luaL_where(L, 1);
+  lua_pushliteral(L, "coroutine.yield inside a task: use a task.* await "
+                     "(task.yield, task.delay, task.await, ...) instead");
+  lua_concat(L, 2);
+  luna__raise_from_hook(L, LUNA__HOOK_BARE_YIELD);
+}
+
+/* Arms bare_yield_hook on t's coroutine, keeping the hook it replaces. */
+static LUNA__NOINLINE void arm_bare_yield(luna__binding *b, luna__task *t) {
+  b->bare_prev.hook = lua_gethook(t->co);
+  b->bare_prev.mask = lua_gethookmask(t->co);
+  b->bare_prev.count = lua_gethookcount(t->co);
+  lua_sethook(t->co, bare_yield_hook, LUA_MASKCOUNT, 1);
 }
 
 /* Counts a resume for task.stats (per timing, current frame only). It
@@ -537,7 +554,7 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
   st = lua_resume(t->co, from, nargs, &nres);
   while (st == LUA_YIELD && t->wait == LUNA__W_NONE) {
     lua_pop(t->co, nres);
-    lua_sethook(t->co, bare_yield_hook, LUA_MASKCOUNT, 1);
+    arm_bare_yield(b, t);
     st = lua_resume(t->co, from, 0, &nres);
   }
   luna__loop_hold(b->loop, -1);

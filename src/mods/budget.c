@@ -57,10 +57,10 @@ static int raise_exceeded(lua_State *L, luna__mod *m) {
     lua_pushfstring(L, "instruction budget exceeded (%I instructions)", (lua_Integer)m->budget);
     lua_concat(L, 2);
     snprintf(m->exceeded_msg, sizeof m->exceeded_msg, "%s", lua_tostring(L, -1));
-    return lua_error(L);
+    return luna__raise_from_hook(L, LUNA__HOOK_BUDGET);
   }
   lua_pushstring(L, m->exceeded_msg);
-  return lua_error(L);
+  return luna__raise_from_hook(L, LUNA__HOOK_BUDGET);
 }
 
 /* m->exceeded, mirrored in the binding (the stop's message) so that the

@@ -293,7 +293,7 @@ case_interrupt_loop_in_close_handler() {
   ll_interrupted run "$S/forever_close.lua"
   expect_status 130
   expect_stdout "r2 looping" "r1 closed"
-  expect_err 'task .*forever_close.lua:5 failed: tfail$'
+  expect_err 'task .*forever_close.lua:6 failed: tfail$'
   ! grep -q "to-be-closed" "$ERR" || fail "the cancellation is reported as a __close failure"
 }
 
@@ -304,10 +304,14 @@ case_interrupt_then_xpcall_in_close_handler() {
 }
 
 case_interrupt_loop_in_coroutine() {
-  for which in wrap resume; do
+  for which in wrap resume wrap_close close close_via_wrap tbc; do
     ll_interrupted run "$S/forever_coroutine.lua" "$which"
     expect_status 130
-    expect_stdout looping closed
+    if [ "$which" = tbc ]; then
+      expect_stdout looping "co closed" closed
+    else
+      expect_stdout looping closed
+    fi
     [ ! -s "$ERR" ] || fail "$which: a cancelled task reports nothing"
   done
 }

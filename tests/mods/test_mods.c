@@ -297,6 +297,32 @@ static void budget_stops_loop_in_xpcall_message_handler(void **state) {
   fx_free(f);
 }
 
+/* A bare coroutine.yield in a task is raised from a hook too: an xpcall
+   handler that loops is skipped for it, and a pcall around it no longer
+   leaves the task without its budget hook (review: the hook it replaced
+   was cleared, so the loop after it was never stopped). */
+static void bare_yield_keeps_the_budget_and_skips_a_looping_handler(void **state) {
+  luna_mods_config c = budget_config(3);
+  fixture *f = fx_new(&c);
+  (void)state;
+  fx_write(f, "y/mod.lua",
+           "task.spawn(function()\n"
+           "  print(xpcall(function() coroutine.yield() end, function(m) while true do end end))\n"
+           "end)\n"
+           "task.defer(function()\n"
+           "  print(pcall(function() coroutine.yield() end))\n"
+           "  while true do end\n"
+           "end)\n");
+  fx_write(f, "other/mod.lua", ticker);
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  fx_frames(f, 2);
+  assert_has(f->out, "[y] false\tcoroutine.yield inside a task: use a task.* await");
+  assert_has(f->rep, "y: task y/mod.lua:4 failed: y/mod.lua:6: instruction budget exceeded");
+  assert_int_equal(fx_info(f, "y").budget_overruns, 1);
+  assert_int_equal(fx_global(f, "other", "ticks"), 2);
+  fx_free(f);
+}
+
 /* The task.on_error handler of a mod is budgeted too. */
 static void budget_stops_loop_in_error_handler(void **state) {
   luna_mods_config c = budget_config(3);
@@ -672,6 +698,7 @@ int main(void) {
       cmocka_unit_test(budget_stops_loop_in_per_tick_callback),
       cmocka_unit_test(budget_stops_loop_in_error_handler),
       cmocka_unit_test(budget_stops_loop_in_xpcall_message_handler),
+      cmocka_unit_test(bare_yield_keeps_the_budget_and_skips_a_looping_handler),
       cmocka_unit_test(error_handler_shares_the_budget_of_the_reporting_run),
       cmocka_unit_test(repeated_overruns_disable_the_mod),
       cmocka_unit_test(memory_cap_refuses_and_host_continues),

@@ -766,14 +766,16 @@ def case_error_values_show_as_stock_lua_shows_them():
     script = ("error({})\n"
               "error(setmetatable({}, {__tostring = function() return 'custom' end}))\n"
               "error(42)\n"
-              "error(setmetatable({}, {__tostring = function() return 42 end}))\n")
+              "error(setmetatable({}, {__tostring = function() return 42 end}))\n"
+              "error(setmetatable({}, {__tostring = function() error('ts', 0) end}))\n")
     p = subprocess.run([LUNALOOP, "repl", "--fast"], input=script, capture_output=True,
                        text=True, timeout=30)
     tb = "stack traceback:\n\t[C]: in function 'error'\n\tstdin:%d: in main chunk\n"
     expected = ("(error object is a table value)\n" + tb % 1 +
                 "custom\n" +
                 "42\n" + tb % 1 +
-                "(error object is a table value)\n" + tb % 1)
+                "(error object is a table value)\n" + tb % 1 +
+                "ts\n" + tb % 1)
     check(p.stderr == expected, "stderr: %r" % p.stderr)
 
 
