@@ -137,8 +137,10 @@ LUNA_API void luna_lua_interrupt(void);
 
 /* Ends the calling thread's interrupt: until this is called, the
    interrupted code keeps raising at every instruction (so a pcall cannot
-   swallow it), except in the to-be-closed handlers of the task it unwinds,
-   and on the thread of an interrupted callback once its error is reported
+   swallow it), except in the to-be-closed handlers of the task it unwinds
+   (in those of a task that had already ended, it stops the handler it
+   lands in and lets the next one run), and on the thread of an
+   interrupted callback once its error is reported
    (so the error handler and the frame's other callbacks run). An
    interrupted wait_until/wait_while predicate raises into its task instead
    of being reported, so until this is called, later callbacks of that
@@ -147,11 +149,12 @@ LUNA_API void luna_lua_interrupt(void);
 LUNA_API void luna_lua_interrupt_clear(void);
 
 /* Makes luna_lua_interrupt reach plain coroutines of L's state: replaces
-   the globals coroutine.resume and coroutine.wrap with versions that give
-   what the base library's give (same results, errors and to-be-closed
-   handling) and that make the coroutine being resumed the interrupt's
-   target (it runs on a thread of its own, which the binding does not
-   resume); an interrupt that stopped it stops its resumer too. Call it
+   the globals coroutine.resume, coroutine.wrap and coroutine.close with
+   versions that give what the base library's give (same results, errors
+   and to-be-closed handling) and that make the coroutine being resumed or
+   closed the interrupt's target (it runs on a thread of its own, which
+   the binding does not resume); an interrupt that stopped it closes it
+   (its to-be-closed handlers run) and stops its resumer too. Call it
    after luaL_openlibs when the host uses luna_lua_interrupt; `lunaloop
    run` and `lunaloop repl` do. Code that kept the old functions in locals
    keeps them. Raises only on memory errors. (Not reached: a message
