@@ -19,6 +19,7 @@ static const char handler_key = 'h';
 static const char traceback_key = 't';
 
 _Thread_local lua_State *volatile luna__running LUNA__TLS_MODEL = NULL;
+_Thread_local lua_State *luna__closing LUNA__TLS_MODEL = NULL;
 _Thread_local luna__task *luna__running_task LUNA__TLS_MODEL = NULL;
 
 /* ---- accessors ------------------------------------------------------------ */
@@ -221,6 +222,8 @@ int luna__set_handler(lua_State *L) {
    thread that was interrupted. */
 static _Thread_local volatile sig_atomic_t interrupt_pending LUNA__TLS_MODEL;
 
+static void interrupt_hook(lua_State *L, lua_Debug *ar);
+
 /* Raises the interrupt on L: the cancellation error in the task being
    resumed (which it cancels), "interrupted" anywhere else. */
 static int raise_interrupt(lua_State *L) {
@@ -236,15 +239,20 @@ static int raise_interrupt(lua_State *L) {
   return luna__raise_from_hook(L, LUNA__HOOK_INTERRUPT);
 }
 
-/* True when L runs the __close handlers of a task that ended and the
-   function just called is one of them (nothing below it but the base). */
+/* True when L runs the pending __close handlers of code that ended (an
+   ended task's, a closed coroutine's) and the function just called is one
+   of them (nothing below it but the base). */
 static bool next_close_handler(lua_State *L, lua_Debug *ar) {
-  luna__binding *b;
   lua_Debug below;
-  if (ar->event != LUA_HOOKCALL || lua_getstack(L, 1, &below))
-    return false;
-  b = luna__get_binding(L);
-  return b != NULL && b->closing_task != NULL && b->closing_task->co == L;
+  return L == luna__closing && ar->event == LUA_HOOKCALL && !lua_getstack(L, 1, &below);
+}
+
+bool luna__interrupt_pending(void) {
+  return interrupt_pending != 0;
+}
+
+void luna__arm_interrupt(lua_State *L) {
+  lua_sethook(L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
 }
 
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
@@ -295,7 +303,7 @@ static bool is_stop_error(lua_State *L, int idx) {
     return interrupt_pending;
   case LUNA__HOOK_BUDGET:
     return b->stop_msg != NULL;
-  case LUNA__HOOK_BARE_YIELD:
+  case LUNA__HOOK_BARE_YIELD: /* cleared when its resume returns (task.c) */
     return true;
   default:
     return false;
@@ -351,10 +359,12 @@ void luna__push_guarded_xpcall(lua_State *L) {
 /* Closes co's pending to-be-closed variables (dead or suspended co) with
    co as luna__running, so an interrupt reaches a handler that loops. */
 static int close_running(lua_State *L, lua_State *co) {
-  lua_State *outer = luna__running;
+  lua_State *outer = luna__running, *outer_closing = luna__closing;
   int st;
   luna__running = co;
+  luna__closing = co;
   st = luna__close_thread(co, L);
+  luna__closing = outer_closing;
   luna__running = outer;
   return st;
 }
@@ -364,12 +374,16 @@ static int close_running(lua_State *L, lua_State *co) {
    own do when an interrupt unwinds it) and the interrupt goes on in L, so
    the code that resumed co stops too: a task is cancelled, not failed. */
 static void pass_interrupt(lua_State *L, lua_State *co) {
+  lua_Debug ar;
   if (!interrupt_pending || lua_gethook(co) != interrupt_hook)
     return;
   lua_sethook(co, NULL, 0, 0);
-  close_running(L, co);
-  pass_interrupt(L, co); /* one that landed in a handler meanwhile */
-  lua_sethook(L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+  /* Not one that is running or resuming another (resume refused it). */
+  if (co != L && !(lua_status(co) == LUA_OK && lua_getstack(co, 0, &ar))) {
+    close_running(L, co);
+    pass_interrupt(L, co); /* one that landed in a handler meanwhile */
+  }
+  luna__arm_interrupt(L);
   raise_interrupt(L);
 }
 

@@ -219,8 +219,6 @@ struct luna__binding {
   luna__observer observers[LUNA__OBSERVERS];
   bool creation_traceback; /* task.debug{creation_traceback}: keep a traceback
                               of every task's spawn (luna__note_creation) */
-  luna__task *closing_task; /* innermost task whose __close handlers run after
-                              its resume ended (task.c, close_in_task) */
   struct {
     lua_Hook hook;
     int mask, count;
@@ -337,6 +335,18 @@ void luna__drop_interrupt_hook(lua_State *co);
    thread a callback runs on), for luna_lua_interrupt: a signal-safe read.
    Per OS thread, so loops driven by different threads never race on it. */
 extern _Thread_local lua_State *volatile luna__running LUNA__TLS_MODEL;
+
+/* The thread whose pending __close handlers are being run after its code
+   ended (an ended task's, close_in_task; a coroutine closed by the guarded
+   coroutine functions), or NULL: an interrupt stops the handler it lands
+   in and lets the next one run (binding.c). Saved and restored around. */
+extern _Thread_local lua_State *luna__closing LUNA__TLS_MODEL;
+
+/* True while luna_lua_interrupt's interrupt is pending on this thread. */
+bool luna__interrupt_pending(void);
+
+/* Arms the interrupt's hook on L (it raises at L's next instruction). */
+void luna__arm_interrupt(lua_State *L);
 
 /* ---- task.c ------------------------------------------------------------- */
 luna__task *luna__check_task(lua_State *L, int idx);

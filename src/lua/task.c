@@ -383,10 +383,10 @@ static int traceback_of(lua_State *L) {
    task.current() is t. An interrupt stops the handler it lands in, once:
    the other handlers still run. Returns luna__close_thread's status. */
 static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
-  luna__task *outer = b->current, *outer_task = luna__running_task, *outer_closing = b->closing_task;
-  lua_State *outer_running = luna__running;
+  luna__task *outer = b->current, *outer_task = luna__running_task;
+  lua_State *outer_running = luna__running, *outer_closing = luna__closing;
   int st;
-  b->closing_task = t;
+  luna__closing = t->co;
   b->current = t;
   luna__running_task = t;
   luna__running = t->co;
@@ -394,7 +394,7 @@ static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
   st = luna__close_thread(t->co, L);
   b->depth--;
   b->current = outer;
-  b->closing_task = outer_closing;
+  luna__closing = outer_closing;
   luna__running_task = outer_task;
   luna__running = outer_running;
   return st;
@@ -495,11 +495,20 @@ static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
   luna__binding *b = luna__get_binding(L);
   (void)ar;
   /* Puts back the hook it replaced (a mod's budget, a pending interrupt):
-     a pcall around the bare yield must not leave the task unhooked. */
-  if (b != NULL)
+     a pcall around the bare yield must not leave the task unhooked. That
+     hook's count starts again, so it is called once now, as if its count
+     had run out: a mod's budget is charged a full step for each bare
+     yield (a pcall loop around one cannot run for ever uncounted), and a
+     pending interrupt is raised. */
+  if (b != NULL && b->bare_prev.hook != NULL) {
     lua_sethook(L, b->bare_prev.hook, b->bare_prev.mask, b->bare_prev.count);
-  else
+    if (b->bare_prev.mask & LUA_MASKCOUNT)
+      b->bare_prev.hook(L, ar);
+  } else {
     lua_sethook(L, NULL, 0, 0);
+  }
+  if (luna__interrupt_pending())
+    luna__arm_interrupt(L); /* a signal between the hook's read and write */
   luaL_where(L, 1);
   lua_pushliteral(L, "coroutine.yield inside a task: use a task.* await "
                      "(task.yield, task.delay, task.await, ...) instead");
@@ -556,6 +565,10 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
     lua_pop(t->co, nres);
     arm_bare_yield(b, t);
     st = lua_resume(t->co, from, 0, &nres);
+    /* The guarded xpcall that could skip its handler for the error has
+       done so by now; later, that error value is an ordinary one. */
+    if (b->hook_error == LUNA__HOOK_BARE_YIELD)
+      b->hook_error = LUNA__HOOK_NONE;
   }
   luna__loop_hold(b->loop, -1);
   luna__running = outer_running;

@@ -304,14 +304,14 @@ case_interrupt_then_xpcall_in_close_handler() {
 }
 
 case_interrupt_loop_in_coroutine() {
-  for which in wrap resume wrap_close close close_via_wrap tbc; do
+  for which in wrap resume wrap_close close close_via_wrap close_two tbc; do
     ll_interrupted run "$S/forever_coroutine.lua" "$which"
     expect_status 130
-    if [ "$which" = tbc ]; then
-      expect_stdout looping "co closed" closed
-    else
-      expect_stdout looping closed
-    fi
+    case $which in
+      tbc) expect_stdout looping "co closed" closed ;;
+      close_two) expect_stdout looping "r1 closed" closed ;;
+      *) expect_stdout looping closed ;;
+    esac
     [ ! -s "$ERR" ] || fail "$which: a cancelled task reports nothing"
   done
 }

@@ -312,13 +312,25 @@ static void bare_yield_keeps_the_budget_and_skips_a_looping_handler(void **state
            "task.defer(function()\n"
            "  print(pcall(function() coroutine.yield() end))\n"
            "  while true do end\n"
+           "end)\n"
+           "task.defer(function()\n"
+           "  local ok, e = pcall(function() coroutine.yield() end)\n"
+           "  task.yield()\n"
+           "  print(xpcall(function() error(e, 0) end, function(m) return 'handled' end))\n"
            "end)\n");
+  /* Each bare yield restarts the budget hook's count: a loop of them,
+     shorter than a step each, ran for ever (third review). */
+  fx_write(f, "w/mod.lua",
+           "task.defer(function() while true do pcall(function() coroutine.yield() end) end end)\n");
   fx_write(f, "other/mod.lua", ticker);
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   fx_frames(f, 2);
   assert_has(f->out, "[y] false\tcoroutine.yield inside a task: use a task.* await");
   assert_has(f->rep, "y: task y/mod.lua:4 failed: y/mod.lua:6: instruction budget exceeded");
   assert_int_equal(fx_info(f, "y").budget_overruns, 1);
+  /* The error raised again later is an ordinary one: its handler runs. */
+  assert_has(f->out, "[y] false\thandled\n");
+  assert_has(f->rep, "w: task w/mod.lua:1 failed: w/mod.lua:1: instruction budget exceeded");
   assert_int_equal(fx_global(f, "other", "ticks"), 2);
   fx_free(f);
 }

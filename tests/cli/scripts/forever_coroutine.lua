@@ -28,6 +28,17 @@ local modes = {
     end))
     loop()
   end,
+  -- the interrupt stops the handler of a closing coroutine it lands in;
+  -- the coroutine's next handler still runs
+  close_two = function()
+    local co = coroutine.create(function()
+      local a <close> = closes(function() print("r1 closed") end)
+      local b <close> = closes(loop)
+      coroutine.yield()
+    end)
+    coroutine.resume(co)
+    coroutine.close(co)
+  end,
   -- the interrupted coroutine's own to-be-closed variables run
   tbc = function()
     coroutine.wrap(function()
