@@ -137,9 +137,10 @@ LUNA_API void luna_lua_interrupt(void);
 
 /* Ends the calling thread's interrupt: until this is called, the
    interrupted code keeps raising at every instruction (so a pcall cannot
-   swallow it), except in the to-be-closed handlers of the task it unwinds
-   (in those of a task that had already ended, it stops the handler it
-   lands in and lets the next one run), and on the thread of an
+   swallow it), except in the to-be-closed handlers of the task or
+   coroutine it unwinds (in those of a task or coroutine that had already
+   ended, it stops the handler it lands in and lets the next one run), and
+   on the thread of an
    interrupted callback once its error is reported
    (so the error handler and the frame's other callbacks run). An
    interrupted wait_until/wait_while predicate raises into its task instead
