@@ -258,8 +258,8 @@ void luna__arm_interrupt(lua_State *L) {
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
   if (!interrupt_pending || next_close_handler(L, ar)) {
     /* Done; or the interrupt stopped one __close handler of an ended task
-       (raising at every instruction, a pcall there cannot keep it going)
-       and the next one begins: that one runs. */
+       or coroutine (raising at every instruction, a pcall there cannot
+       keep it going) and the next one begins: that one runs. */
     lua_sethook(L, NULL, 0, 0);
     return;
   }
@@ -353,8 +353,8 @@ void luna__push_guarded_xpcall(lua_State *L) {
 
 /* luna_lua_interrupt puts its hook on luna__running, the thread the binding
    resumed last; a plain coroutine that a task resumes runs on a thread of
-   its own, where a loop would never see it. These versions of resume and
-   wrap make the coroutine luna__running while it runs. */
+   its own, where a loop would never see it. These versions of resume,
+   wrap and close make the coroutine luna__running while it runs. */
 
 /* Closes co's pending to-be-closed variables (dead or suspended co) with
    co as luna__running, so an interrupt reaches a handler that loops. */
@@ -455,18 +455,17 @@ static int guarded_wrapped(lua_State *L) {
 static int guarded_close(lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
   lua_Debug ar;
+  int st;
   luaL_argexpected(L, co != NULL, 1, "thread");
   if (co == L)
     return luaL_error(L, "cannot close a running coroutine");
   if (lua_status(co) == LUA_OK && lua_getstack(co, 0, &ar))
     return luaL_error(L, "cannot close a normal coroutine");
-  if (close_running(L, co) == LUA_OK) {
-    pass_interrupt(L, co);
-    lua_pushboolean(L, 1);
-    return 1;
-  }
+  st = close_running(L, co);
   pass_interrupt(L, co);
-  lua_pushboolean(L, 0);
+  lua_pushboolean(L, st == LUA_OK);
+  if (st == LUA_OK)
+    return 1;
   lua_xmove(co, L, 1);
   return 2;
 }
