@@ -279,8 +279,7 @@ LUNA_API void luna_lua_interrupt(void) {
   lua_State *L = luna__running;
   interrupt_pending = 1;
   if (L != NULL)
-    lua_sethook(L, interrupt_hook,
-                LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+    luna__arm_interrupt(L);
 }
 
 /* ---- xpcall that a stop goes through ---------------------------------------- */

@@ -380,8 +380,10 @@ static int traceback_of(lua_State *L) {
    current task meanwhile, as during a resume, so a handler that cancels
    its own task or another one sees the same rules as in the task's body
    (a cancellation it makes while another unwinds is queued), and
-   task.current() is t. An interrupt stops the handler it lands in, once:
-   the other handlers still run. Returns luna__close_thread's status. */
+   task.current() is t. An interrupt stops the handler it lands in and
+   lets the next one run (luna__closing). The save and restore follow
+   resume()'s, which also counts and observes. Returns
+   luna__close_thread's status. */
 static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
   luna__task *outer = b->current, *outer_task = luna__running_task;
   lua_State *outer_running = luna__running, *outer_closing = luna__closing;

@@ -286,7 +286,7 @@ case_interrupt_busy_under_pcall() {
 case_interrupt_loop_in_xpcall() {
   ll_interrupted run "$S/forever_msgh.lua"
   expect_status 130
-  expect_stdout "true${T}42" true C looping closed
+  expect_stdout "true${T}42" true Lua looping closed
 }
 
 case_interrupt_loop_in_close_handler() {

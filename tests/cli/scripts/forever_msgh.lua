@@ -5,7 +5,9 @@
 local r <close> = setmetatable({}, {__close = function() print("closed") end})
 print(xpcall(function(a) return a + 1 end, function(e) return e end, 41))
 print(select(2, xpcall(error, debug.traceback, "msg")):match("^msg\nstack traceback:\n%s*%[C%]: in function 'error'") ~= nil)
-print(debug.getinfo(xpcall, "S").what)
+-- the handler is called right below the error, with no frame between
+print(select(2, xpcall(function() local x; return x + 1 end,
+                       function() return debug.getinfo(2, "S").what end)))
 print("looping")
 io.stdout:flush()
 local handled = 0
