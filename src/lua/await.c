@@ -190,7 +190,7 @@ static int await_k(lua_State *L, int status, lua_KContext ctx) {
     t->resume_error = false;
     return lua_error(L);
   }
-  return t->nresume;
+  return t->on.ready.nresume;
 }
 
 int luna__suspend(lua_State *L, luna__task *t) {

@@ -105,7 +105,7 @@ int luna__l_info(lua_State *L) {
     lua_setfield(L, -2, "clock");
   }
   set_int(L, "created_frame", (lua_Integer)t->created_frame);
-  set_int(L, "age", (lua_Integer)((uint32_t)frame - t->created_frame));
+  set_int(L, "age", frame >= t->created_frame ? (lua_Integer)(frame - t->created_frame) : 0);
   if (push_tracebacks(L, false)) {
     lua_pushvalue(L, 1);
     lua_rawget(L, -2);
@@ -119,13 +119,20 @@ int luna__l_info(lua_State *L) {
    creation order. */
 static int l_list(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
-  luna__task *t;
   lua_Integer i = 0;
+  int slot, n;
+  /* Sized first: nothing below allocates, so nothing raises mid-walk. */
   lua_createtable(L, (int)b->ntasks, 0);
-  for (t = b->first; t != NULL; t = t->next) {
-    luna__push_task(L, t);
-    lua_rawseti(L, -2, ++i);
+  luaL_checkstack(L, 2, NULL);
+  n = luna__begin_walk(b);
+  for (slot = 1; slot <= n; slot++) {
+    luna__task *t = luna__walk_task(b, slot);
+    if (t != NULL && !LUNA__SETTLED(t)) {
+      luna__push_task(L, t);
+      lua_rawseti(L, -2, ++i);
+    }
   }
+  luna__end_walk(b);
   return 1;
 }
 

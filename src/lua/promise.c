@@ -552,7 +552,7 @@ static int await_k(lua_State *L, int status, lua_KContext ctx) {
     }
     return lua_error(L);
   }
-  return t->nresume;
+  return t->on.ready.nresume;
 }
 
 int luna__await_promise(lua_State *L, int idx, bool direct) {

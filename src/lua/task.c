@@ -8,6 +8,7 @@
 ** deliberate exceptions: spawn runs the new task now until its first await,
 ** and cancel returns after its target unwound, as the design requires.
 */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,21 +40,40 @@ luna__task *luna__check_task(lua_State *L, int idx) {
 static int anchor(lua_State *L, luna__binding *b) {
   int slot;
   if (b->free_slots.count == 0 && b->free_slots.cap <= (size_t)b->nslots) {
-    /* Room to give back every slot made so far: releasing never allocates. */
+    /* Both grow to `cap`: the free slots, so that releasing never
+       allocates, and the anchor table, made anew with an array part of
+       that size, so that every slot stays in the array part however
+       sparse the table gets (Lua's own rehash could move a sparse table's
+       keys to its hash part): walks move tasks between slots, which then
+       never allocates. */
     size_t cap = b->free_slots.cap ? b->free_slots.cap * 2 : 64;
     void *ud;
     lua_Alloc alloc = lua_getallocf(L, &ud);
-    int *a = (int *)alloc(ud, b->free_slots.a, b->free_slots.cap * sizeof *a, cap * sizeof *a);
+    int *a, i;
+    if (cap > (size_t)INT_MAX / 2)
+      luaL_error(L, "lunaloop: too many tasks");
+    luaL_checkstack(L, 3, NULL);
+    lua_createtable(L, (int)cap, 0);
+    a = (int *)alloc(ud, b->free_slots.a, b->free_slots.cap * sizeof *a, cap * sizeof *a);
     if (a == NULL)
       luaL_error(L, "lunaloop: out of memory");
     b->free_slots.a = a;
     b->free_slots.cap = cap;
+    lua_pushvalue(b->anchor_L, 1);
+    lua_xmove(b->anchor_L, L, 1);
+    for (i = 1; i <= b->nslots; i++) {
+      lua_rawgeti(L, -1, i);
+      lua_rawseti(L, -3, i);
+    }
+    lua_pop(L, 1);
+    lua_xmove(L, b->anchor_L, 1);
+    lua_replace(b->anchor_L, 1);
   }
   slot = b->free_slots.count > 0 ? b->free_slots.a[b->free_slots.count - 1] : b->nslots + 1;
   lua_pushvalue(b->anchor_L, 1);
   lua_xmove(b->anchor_L, L, 1);
   lua_pushvalue(L, -2);
-  lua_rawseti(L, -2, slot); /* may raise (memory) on L: nothing changed yet */
+  lua_rawseti(L, -2, slot); /* within the array part: no allocation */
   lua_pop(L, 1);
   if (b->free_slots.count > 0)
     b->free_slots.count--;
@@ -67,8 +87,113 @@ static int anchor(lua_State *L, luna__binding *b) {
 static void unanchor(luna__binding *b, int slot) {
   lua_pushnil(b->anchor_L);
   lua_rawseti(b->anchor_L, 1, slot);
-  if (b->free_slots.a != NULL) /* NULL once the binding closed */
+  if (b->walks > 0)
+    b->slots_held = true; /* luna__end_walk gives it back */
+  else if (b->free_slots.a != NULL) /* NULL once the binding closed */
     b->free_slots.a[b->free_slots.count++] = slot;
+}
+
+/* ---- walks in creation order -------------------------------------------------------- */
+
+/* Tasks keep no list of their own (two pointers a task, and settling a
+   sleeper in deadline order touched its two neighbours: two cache misses
+   at random). The anchor table already holds every unsettled task; a walk
+   in creation order (task.list, cancelling them all) first sorts it by id,
+   in place. Every slot is in the table's array part (anchor), so moving
+   values between slots allocates nothing and cannot raise. */
+
+luna__task *luna__walk_task(luna__binding *b, int slot) {
+  luna__task *t;
+  lua_rawgeti(b->anchor_L, 1, slot);
+  t = (luna__task *)lua_touserdata(b->anchor_L, -1);
+  lua_pop(b->anchor_L, 1);
+  return t;
+}
+
+static uint64_t slot_key(luna__binding *b, int slot) {
+  luna__task *t = luna__walk_task(b, slot);
+  return t != NULL ? t->id : UINT64_MAX; /* empty slots last */
+}
+
+static void slot_swap(luna__binding *b, int i, int j) {
+  luna__task *t;
+  lua_rawgeti(b->anchor_L, 1, i);
+  lua_rawgeti(b->anchor_L, 1, j);
+  lua_rawseti(b->anchor_L, 1, i);
+  lua_rawseti(b->anchor_L, 1, j);
+  if ((t = luna__walk_task(b, i)) != NULL)
+    t->ref = i;
+  if ((t = luna__walk_task(b, j)) != NULL)
+    t->ref = j;
+}
+
+static void sift_down(luna__binding *b, int root, int n) {
+  for (;;) {
+    int child = 2 * root, max = root;
+    uint64_t kmax = slot_key(b, root);
+    if (child <= n) {
+      uint64_t k = slot_key(b, child);
+      if (k > kmax) {
+        max = child;
+        kmax = k;
+      }
+    }
+    if (child + 1 <= n && slot_key(b, child + 1) > kmax)
+      max = child + 1;
+    if (max == root)
+      return;
+    slot_swap(b, root, max);
+    root = max;
+  }
+}
+
+/* Sorts the anchors by id (heapsort: no memory), unless they are in order
+   already, then hands the empty slots, all at the end now, out in
+   ascending order: tasks created next take slots after every other. */
+static void sort_anchors(luna__binding *b) {
+  int n = b->nslots, i, used = 0;
+  uint64_t prev = 0;
+  bool sorted = true;
+  for (i = 1; i <= n && sorted; i++) {
+    uint64_t k = slot_key(b, i);
+    sorted = k >= prev;
+    prev = k;
+  }
+  if (!sorted) {
+    for (i = n / 2; i >= 1; i--)
+      sift_down(b, i, n);
+    for (i = n; i > 1; i--) {
+      slot_swap(b, 1, i);
+      sift_down(b, 1, i - 1);
+    }
+  }
+  while (used < n && luna__walk_task(b, used + 1) != NULL)
+    used++;
+  if (b->free_slots.a == NULL)
+    return;
+  b->free_slots.count = 0;
+  for (i = n; i > used; i--) /* cap >= nslots (anchor) */
+    b->free_slots.a[b->free_slots.count++] = i;
+}
+
+int luna__begin_walk(luna__binding *b) {
+  if (b->walks++ == 0) {
+    sort_anchors(b);
+    b->slots_held = false;
+  }
+  return b->nslots;
+}
+
+void luna__end_walk(luna__binding *b) {
+  int i;
+  if (--b->walks > 0 || !b->slots_held || b->free_slots.a == NULL)
+    return;
+  /* Give back the slots released during the walk (lowest first out). */
+  b->free_slots.count = 0;
+  for (i = b->nslots; i >= 1; i--)
+    if (luna__walk_task(b, i) == NULL)
+      b->free_slots.a[b->free_slots.count++] = i;
+  b->slots_held = false;
 }
 
 void luna__anchors_free(luna__binding *b) {
@@ -142,30 +267,6 @@ void luna__set_name(lua_State *L, int idx) {
 
 /* ---- bookkeeping ------------------------------------------------------------ */
 
-static void link_live(luna__binding *b, luna__task *t) {
-  t->prev = b->last;
-  t->next = NULL;
-  if (b->last != NULL)
-    b->last->next = t;
-  else
-    b->first = t;
-  b->last = t;
-  b->ntasks++;
-}
-
-static void unlink_live(luna__binding *b, luna__task *t) {
-  if (t->prev != NULL)
-    t->prev->next = t->next;
-  else
-    b->first = t->next;
-  if (t->next != NULL)
-    t->next->prev = t->prev;
-  else
-    b->last = t->prev;
-  t->prev = t->next = NULL;
-  b->ntasks--;
-}
-
 /* Drops the binding's reference once nothing can reach the task any more:
    it is settled and no continuation or ready entry holds its pointer. */
 static void maybe_release(luna__binding *b, luna__task *t) {
@@ -175,32 +276,34 @@ static void maybe_release(luna__binding *b, luna__task *t) {
   t->ref = LUA_NOREF;
 }
 
-/* Appends a to the awaiters of target (a ring: the head's prev is the last). */
+/* Appends a to the awaiters of target: a ring through on.await.next whose
+   last member is target->aw_head, so appending and taking the first are
+   O(1); removing another one (a cancelled awaiter) walks the ring, which
+   holds as many tasks as await this one. */
 void luna__link_awaiter(luna__task *a, luna__task *target) {
-  luna__task *head = target->aw_head;
+  luna__task *last = target->aw_head;
   a->on.await.target = target;
-  if (head == NULL) {
-    a->on.await.prev = a->on.await.next = a;
-    target->aw_head = a;
-    return;
+  if (last == NULL) {
+    a->on.await.next = a;
+  } else {
+    a->on.await.next = last->on.await.next;
+    last->on.await.next = a;
   }
-  a->on.await.prev = head->on.await.prev;
-  a->on.await.next = head;
-  head->on.await.prev->on.await.next = a;
-  head->on.await.prev = a;
+  target->aw_head = a;
 }
 
 static void unlink_awaiter(luna__task *a) {
-  luna__task *target = a->on.await.target;
-  if (a->on.await.next == a) {
+  luna__task *target = a->on.await.target, *prev = target->aw_head;
+  while (prev->on.await.next != a) /* from the last: the first is O(1) */
+    prev = prev->on.await.next;
+  if (prev == a) {
     target->aw_head = NULL;
   } else {
-    a->on.await.prev->on.await.next = a->on.await.next;
-    a->on.await.next->on.await.prev = a->on.await.prev;
+    prev->on.await.next = a->on.await.next;
     if (target->aw_head == a)
-      target->aw_head = a->on.await.next;
+      target->aw_head = prev;
   }
-  a->on.await.target = a->on.await.prev = a->on.await.next = NULL;
+  a->on.await.target = a->on.await.next = NULL;
 }
 
 /* Removes whatever the task waits on that can be removed now. */
@@ -273,11 +376,11 @@ static void ready_push(luna__binding *b, luna__task *t) {
   t->pending++;
   if (b->ready_spill == NULL && ring_push(b, &b->ready, t))
     return;
-  t->on.next_ready = NULL;
+  t->on.ready.next = NULL;
   if (b->ready_spill == NULL)
     b->ready_spill = t;
   else
-    b->ready_spill_tail->on.next_ready = t;
+    b->ready_spill_tail->on.ready.next = t;
   b->ready_spill_tail = t;
 }
 
@@ -288,7 +391,7 @@ static luna__task *ready_pop(luna__binding *b) {
   luna__task *t = ring_pop(&b->ready);
   if (b->ready_spill != NULL) {
     luna__task *s = b->ready_spill;
-    b->ready_spill = s->on.next_ready;
+    b->ready_spill = s->on.ready.next;
     (void)ring_push(b, &b->ready, s); /* a slot was just freed */
   }
   return t;
@@ -299,8 +402,8 @@ static luna__task *ready_pop(luna__binding *b) {
 /* Moves copies of the settled task's outcome onto the awaiter and queues it. */
 static void wake_awaiters(luna__binding *b, luna__task *t) {
   while (t->aw_head != NULL) {
-    luna__task *a = t->aw_head;
-    unlink_awaiter(a);
+    luna__task *a = t->aw_head->on.await.next; /* the first */
+    unlink_awaiter(a); /* O(1): its predecessor is the last */
     a->wait = LUNA__W_NONE;
     if (t->state == LUNA__DONE) {
       int i, n = lua_gettop(t->co);
@@ -309,12 +412,12 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
         lua_pushvalue(t->co, i);
         lua_xmove(t->co, a->co, 1);
       }
-      a->nresume = n;
+      a->on.ready.nresume = n;
       a->resume_error = false;
     } else {
       lua_pushvalue(t->co, 1);
       lua_xmove(t->co, a->co, 1);
-      a->nresume = 1;
+      a->on.ready.nresume = 1;
       a->resume_error = true;
     }
     a->state = LUNA__READY;
@@ -346,7 +449,7 @@ static void push_label(lua_State *L, luna__task *t, int task_idx) {
 static void settle(luna__binding *b, luna__task *t, luna__state state) {
   t->state = (uint8_t)state;
   t->wait = LUNA__W_NONE;
-  unlink_live(b, t);
+  b->ntasks--;
   wake_awaiters(b, t);
   maybe_release(b, t);
 }
@@ -597,7 +700,7 @@ static void pump_ready(luna__binding *b) {
     luna__task *t = ready_pop(b);
     t->pending--;
     if (t->state == LUNA__READY)
-      resume(b, t, t->nresume);
+      resume(b, t, t->on.ready.nresume);
     else
       maybe_release(b, t);
   }
@@ -619,7 +722,7 @@ static LUNA__ALWAYS_INLINE void run_now(luna__binding *b, luna__task *t, int nar
 void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool is_error) {
   lua_checkstack(t->co, nvalues + 1);
   lua_xmove(L, t->co, nvalues);
-  t->nresume = nvalues;
+  t->on.ready.nresume = nvalues;
   t->resume_error = is_error;
   t->wait = LUNA__W_NONE;
   t->state = LUNA__READY;
@@ -651,11 +754,11 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t->b = b;
   t->co = co;
   t->state = LUNA__PENDING;
-  t->nresume = nargs;
+  t->on.ready.nresume = nargs;
   t->id = ++b->next_id;
-  t->created_frame = (uint32_t)b->loop->frame; /* luna_loop_frame_count, in place */
+  t->created_frame = b->loop->frame; /* luna_loop_frame_count, in place */
   t->ref = anchor(L, b);
-  link_live(b, t);
+  b->ntasks++;
   if (b->creation_traceback)
     luna__note_creation(L);
   LUNA__OBSERVE(b, on_thread, t);
@@ -663,7 +766,7 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
 }
 
 void luna__start(luna__binding *b, luna__task *t) {
-  run_now(b, t, t->nresume);
+  run_now(b, t, t->on.ready.nresume);
 }
 
 void luna__start_cb(luna_loop *loop, void *arg) {
@@ -671,7 +774,7 @@ void luna__start_cb(luna_loop *loop, void *arg) {
   (void)loop;
   t->pending--;
   if (t->state == LUNA__PENDING && t->wait == LUNA__W_START && !t->cancel_requested)
-    run_now(t->b, t, t->nresume);
+    run_now(t->b, t, t->on.ready.nresume);
   else
     maybe_release(t->b, t);
 }
@@ -692,7 +795,7 @@ void luna__resume_cb(luna_loop *loop, void *arg) {
   t->pending--;
   if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_YIELD) {
     t->resume_error = false;
-    t->nresume = 0;
+    t->on.ready.nresume = 0;
     run_now(t->b, t, 0);
   } else {
     maybe_release(t->b, t);
@@ -726,7 +829,7 @@ void luna__timer_cb(luna_loop *loop, void *arg) {
     return;
   }
   t->wait = LUNA__W_NONE;
-  t->nresume = 0;
+  t->on.ready.nresume = 0;
   t->resume_error = false;
   run_now(b, t, 0);
 }
@@ -745,12 +848,12 @@ static void cancel_one(luna__binding *b, luna__task *t) {
   case LUNA__SUSPENDED:
   case LUNA__READY:
     if (t->state == LUNA__READY)
-      lua_pop(t->co, t->nresume);
+      lua_pop(t->co, t->on.ready.nresume);
     disarm(b, t);
     t->cancel_requested = true;
     luna__push_cancel_error(t->co);
     t->resume_error = true;
-    t->nresume = 1;
+    t->on.ready.nresume = 1;
     resume(b, t, 1);
     break;
   case LUNA__RUNNING:
@@ -802,9 +905,9 @@ void luna__interrupt(luna__binding *b, luna__task *t) {
     luna__wake(b, t, t->co, 1, true);
     break;
   case LUNA__READY: /* already queued: replace what it was woken with */
-    lua_pop(t->co, t->nresume);
+    lua_pop(t->co, t->on.ready.nresume);
     luna__push_cancel_error(t->co);
-    t->nresume = 1;
+    t->on.ready.nresume = 1;
     t->resume_error = true;
     break;
   case LUNA__RUNNING:
@@ -818,31 +921,33 @@ void luna__interrupt(luna__binding *b, luna__task *t) {
 
 size_t luna__cancel_all(luna__binding *b) {
   size_t n = 0;
-  if (b->cancelling) {
-    luna__task *t;
-    for (t = b->first; t != NULL; t = t->next)
-      luna__cancel(b, t);
-    return b->ntasks;
-  }
+  bool nested = b->cancelling;
+  int slot;
   /* In creation order. Cancelling may create tasks (in __close handlers):
-     they are appended and cancelled too. A task that is running now (up the
-     resume chain) only gets the request: it unwinds when control returns. */
-  for (;;) {
-    luna__task *t = b->first;
-    while (t != NULL && (t->state == LUNA__RUNNING || t->cancel_requested)) {
+     during the walk they take slots after every other, so they are
+     cancelled too, in their own creation order. */
+  luna__begin_walk(b);
+  for (slot = 1; slot <= b->nslots; slot++) {
+    luna__task *t = luna__walk_task(b, slot);
+    if (t == NULL || LUNA__SETTLED(t))
+      continue;
+    if (nested) {
+      /* Another cancellation is unwinding: each is queued behind it. */
+      luna__cancel(b, t);
+      continue;
+    }
+    if (t->state == LUNA__RUNNING || t->cancel_requested) {
       /* Running: it unwinds when control returns to it. Already requested
          and not running: it cannot wait on anything any more (every await
-         raises), so it ends as soon as it runs; skipping it keeps this
-         loop finite whatever a __close handler does. */
+         raises), so it ends as soon as it runs. */
       t->cancel_requested = true;
-      t = t->next;
+      continue;
     }
-    if (t == NULL)
-      break;
     luna__cancel(b, t);
     n++;
   }
-  return n;
+  luna__end_walk(b);
+  return nested ? b->ntasks : n;
 }
 
 void luna__drop_continuation(luna__task *t) {

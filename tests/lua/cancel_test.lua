@@ -308,4 +308,61 @@ H.case("reset_cancels_every_task_and_nothing_resumes_afterwards", function()
   H.eq({testhost.task_count(), testhost.callback_count(), h:active()}, {0, 0, false})
 end)
 
+H.case("reset_cancels_in_creation_order_then_what_close_handlers_spawned", function()
+  -- Creation order, though b1 and b2 took the slots a4 and a2 left; tasks
+  -- spawned by close handlers while all are cancelled come last, in the
+  -- order they were spawned.
+  local log = {}
+  local function sleeper(name, spawns)
+    return task.spawn(function()
+      local r <close> = setmetatable({}, {__close = function()
+        log[#log + 1] = name
+        if spawns then sleeper(spawns) end
+      end})
+      task.delay(10)
+    end)
+  end
+  local a = {}
+  for i = 1, 5 do a[i] = sleeper("a" .. i, i == 1 and "c1" or i == 3 and "c2" or nil) end
+  a[2]:cancel()
+  a[4]:cancel()
+  sleeper("b1")
+  sleeper("b2")
+  log = {}
+  testhost.reset()
+  H.eq(log, {"a1", "a3", "a5", "b1", "b2", "c1", "c2"})
+  H.eq(testhost.task_count(), 0)
+end)
+
+H.case("reset_of_a_hundred_tasks_whose_close_handlers_each_spawn_one", function()
+  -- The spawned tasks outgrow the anchor table while the cancelled ones
+  -- leave it nearly empty; every one is still cancelled, in order, and
+  -- the slots are reused in creation order afterwards.
+  local log = {}
+  local function sleeper(name, child)
+    return task.spawn(function()
+      local r <close> = setmetatable({}, {__close = function()
+        log[#log + 1] = name
+        if child then sleeper(child) end
+      end})
+      task.delay(10)
+    end)
+  end
+  local want = {}
+  for i = 1, 100 do
+    sleeper("a" .. i, "c" .. i)
+    want[i] = "a" .. i
+    want[100 + i] = "c" .. i
+  end
+  testhost.reset()
+  H.eq(log, want)
+  H.eq(testhost.task_count(), 0)
+  local t = {}
+  for i = 1, 3 do t[i] = task.spawn(function() task.delay(10) end) end
+  t[2]:cancel()
+  t[4] = task.spawn(function() task.delay(10) end)
+  H.eq(task.list(), {t[1], t[3], t[4]})
+  testhost.reset()
+end)
+
 H.run()

@@ -44,4 +44,22 @@ H.case("stats_count_per_timing_work_and_resumes_this_frame", function()
   sleeper:cancel()
 end)
 
+H.case("list_keeps_creation_order_when_ended_tasks_free_their_slots", function()
+  -- Tasks keep no list of their own: their anchor slots, reused once
+  -- freed, are sorted by creation. b1 and b2 take a4's and a2's slots.
+  local a = {}
+  for i = 1, 5 do a[i] = task.spawn(function() task.delay(10) end) end
+  a[2]:cancel()
+  a[4]:cancel()
+  local b1 = task.spawn(function() task.delay(10) end)
+  local b2 = task.spawn(function() task.delay(10) end)
+  H.eq(task.list(), {a[1], a[3], a[5], b1, b2})
+  a[1]:cancel()
+  local b3 = task.spawn(function() task.delay(10) end)
+  H.eq(task.list(), {a[3], a[5], b1, b2, b3})
+  H.eq(task.stats().tasks, 5)
+  for _, t in ipairs(task.list()) do t:cancel() end
+  H.eq(task.list(), {})
+end)
+
 H.run()
