@@ -60,7 +60,7 @@ void bench_die(const char *fmt, ...);
 
 /* The entry points of the modes (see main.c). Each runs one workload once
    and returns its result; `quick` means the small sizes of the test run. */
-bool bench_limit(const char *workload, long n, bench_result *out);
+bool bench_limit(const char *workload, long n, bool task, bench_result *out);
 bool bench_inbox(const char *impl, long n, bool quick, bench_result *out);
 
 #endif

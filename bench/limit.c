@@ -18,6 +18,14 @@
 **   anchored in a preallocated table (16 bytes a slot).
 ** - W6_update: the floor of an update layer: a C loop that lua_calls n Lua
 **   functions (dt) per frame.
+**
+** `limit_task` (bench_limit with `task` set) runs W2_sleepers, W3_churn and
+** W4_memory the same way, except that each coroutine is held through a
+** task object: a full userdata of LIMIT_TASK_BYTES with the coroutine as
+** its user value, anchored (or left on the stack) instead of the
+** coroutine. That is the floor of any scheduler whose tasks are objects of
+** their own over coroutines, as lunaloop's Task is; it is not a target,
+** it shows how much of the gap to the limit the second object is.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +38,27 @@
 
 static const double DT = 1.0 / 60.0;
 
+/* lunaloop's task record (struct luna__task in src/lua/binding.h, whose
+   static assertion keeps it at this size on 64-bit targets). */
+#define LIMIT_TASK_BYTES 72
+
+/* With a task object (limit_task): set by bench_limit. */
+static bool with_task;
+
 /* Creates a coroutine on `fn` (a stack index of L) with up to two number
    arguments, anchors it in the table at `anchor` (index i) or, when anchor
    is 0, leaves it on L's stack, and runs it to its first yield. */
 static lua_State *start(lua_State *L, int fn, int anchor, long i, int nargs,
                         double a1, double a2) {
-  lua_State *co = lua_newthread(L);
+  lua_State *co;
   int nres;
+  if (with_task) { /* the task object, then its coroutine as user value */
+    memset(lua_newuserdatauv(L, LIMIT_TASK_BYTES, 1), 0, LIMIT_TASK_BYTES);
+    co = lua_newthread(L);
+    lua_setiuservalue(L, -2, 1);
+  } else {
+    co = lua_newthread(L);
+  }
   lua_pushvalue(L, fn);
   if (nargs > 0)
     lua_pushnumber(L, a1);
@@ -197,7 +219,11 @@ static void w6_update(long n, bench_result *out) {
   lua_close(L);
 }
 
-bool bench_limit(const char *workload, long n, bench_result *out) {
+bool bench_limit(const char *workload, long n, bool task, bench_result *out) {
+  with_task = task;
+  if (task && strcmp(workload, "W2_sleepers") != 0 && strcmp(workload, "W3_churn") != 0 &&
+      strcmp(workload, "W4_memory") != 0)
+    return false;
   if (strcmp(workload, "W1_yield") == 0)
     round_robin(n, bench_rounds_for(n),
                 "local yield = coroutine.yield\n"

@@ -4,6 +4,9 @@
 **   luna_bench [--reps R] [--quick] limit WORKLOAD N
 **       the floor: bare Lua 5.4 coroutines resumed round-robin with
 **       lua_resume by a C loop, no scheduler at all (limit.c);
+**   luna_bench [--reps R] [--quick] limit_task WORKLOAD N
+**       the same, each coroutine held through a task-sized userdata
+**       (W2_sleepers, W3_churn, W4_memory; limit.c);
 **   luna_bench [--reps R] [--quick] inbox IMPL N
 **       W5: two producer threads post N callbacks each while the loop runs
 **       frames; IMPL is lunaloop (luna_post) or mutex (inbox.c);
@@ -313,7 +316,7 @@ static bool run_lua(const char *impl, const char *script, const char *workload, 
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: luna_bench [--reps R] [--quick] limit WORKLOAD N\n"
+          "usage: luna_bench [--reps R] [--quick] limit|limit_task WORKLOAD N\n"
           "       luna_bench [--reps R] [--quick] inbox lunaloop|mutex N\n"
           "       luna_bench [--reps R] [--quick] lua IMPL SCRIPT WORKLOAD N\n"
           "       luna_bench probe MODULE\n");
@@ -355,8 +358,8 @@ int main(int argc, char **argv) {
     lua_close(L);
     return st == LUA_OK ? 0 : 1;
   }
-  if (strcmp(mode, "limit") == 0 && argc - i == 2) {
-    impl = "limit";
+  if ((strcmp(mode, "limit") == 0 || strcmp(mode, "limit_task") == 0) && argc - i == 2) {
+    impl = mode;
     workload = argv[i];
     n = parse_long(argv[i + 1]);
   } else if (strcmp(mode, "inbox") == 0 && argc - i == 2) {
@@ -378,8 +381,8 @@ int main(int argc, char **argv) {
     bool ok;
     if (script != NULL)
       ok = run_lua(impl, script, workload, n, quick, &res);
-    else if (strcmp(mode, "limit") == 0)
-      ok = bench_limit(workload, n, &res);
+    else if (strncmp(mode, "limit", 5) == 0)
+      ok = bench_limit(workload, n, strcmp(mode, "limit_task") == 0, &res);
     else
       ok = bench_inbox(impl, n, quick, &res);
     if (!ok) {
