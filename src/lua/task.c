@@ -70,11 +70,9 @@ static int anchor(lua_State *L, luna__binding *b) {
     lua_replace(b->anchor_L, 1);
   }
   slot = b->free_slots.count > 0 ? b->free_slots.a[b->free_slots.count - 1] : b->nslots + 1;
-  lua_pushvalue(b->anchor_L, 1);
-  lua_xmove(b->anchor_L, L, 1);
-  lua_pushvalue(L, -2);
-  lua_rawseti(L, -2, slot); /* within the array part: no allocation */
-  lua_pop(L, 1);
+  lua_pushvalue(L, -1);
+  lua_xmove(L, b->anchor_L, 1);
+  lua_rawseti(b->anchor_L, 1, slot); /* within the array part: cannot raise */
   if (b->free_slots.count > 0)
     b->free_slots.count--;
   else
