@@ -452,8 +452,14 @@ function Channel:close()
 end
 
 --- ch:len() -> values buffered; ch:is_closed() -> boolean.
-function Channel:len() return qlen(self.buf) end
-function Channel:is_closed() return self.closed end
+function Channel:len()
+  check_channel(self, "len")
+  return qlen(self.buf)
+end
+function Channel:is_closed()
+  check_channel(self, "is_closed")
+  return self.closed
+end
 function Channel:__tostring()
   return ("Channel(%d buffered%s)"):format(qlen(self.buf), self.closed and ", closed" or "")
 end

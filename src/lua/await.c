@@ -118,6 +118,23 @@ luna_clock luna__field_clock(lua_State *L, int opts, const char *field, luna_clo
   return (luna_clock)field_name(L, lua_absindex(L, opts), field, &clock_names, (int)def);
 }
 
+bool luna__field_boolean(lua_State *L, int opts, const char *field, bool def) {
+  bool value = def;
+  opts = lua_absindex(L, opts);
+  switch (lua_getfield(L, opts, field)) {
+  case LUA_TNIL:
+    break;
+  case LUA_TBOOLEAN:
+    value = lua_toboolean(L, -1);
+    break;
+  default: /* 0 and "no" would read as true */
+    luaL_argerror(L, opts, lua_pushfstring(L, "opts.%s: expected a boolean, got %s", field,
+                                           luaL_typename(L, -1)));
+  }
+  lua_pop(L, 1);
+  return value;
+}
+
 const char *luna__number_text(lua_State *L, lua_Number v) {
   if (v != v) /* printf gives "-nan" for 0/0 on most platforms */
     return lua_pushliteral(L, "nan");

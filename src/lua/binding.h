@@ -441,6 +441,9 @@ const char *luna__number_text(lua_State *L, lua_Number v);
 void luna__check_options(lua_State *L, int opts, const char *const known[]);
 luna_timing luna__field_timing(lua_State *L, int opts, const char *field, luna_timing def);
 luna_clock luna__field_clock(lua_State *L, int opts, const char *field, luna_clock def);
+/* opts.<field> as a boolean: nil gives `def`; any other type raises, since
+   Lua would read 0 or "no" as true. */
+bool luna__field_boolean(lua_State *L, int opts, const char *field, bool def);
 /* True when L is the current task and its cancellation was requested. */
 bool luna__cancel_pending(lua_State *L, luna__binding *b);
 /* Raises the cancellation error in L when L is the current task and its

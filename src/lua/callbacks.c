@@ -404,9 +404,7 @@ static int l_every(lua_State *L) {
     luna__check_options(L, 3, known);
     timing = luna__field_timing(L, 3, "timing", LUNA_UPDATE);
     clock = luna__field_clock(L, 3, "clock", LUNA_CLOCK_SCALED);
-    lua_getfield(L, 3, "spread");
-    spread = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    spread = luna__field_boolean(L, 3, "spread", false);
   }
   lua_settop(L, 2);
   now = luna_loop_time(b->loop, clock);

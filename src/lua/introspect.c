@@ -189,13 +189,14 @@ static int l_debug(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
   if (!lua_isnoneornil(L, 1)) {
     static const char *const known[] = {"creation_traceback", "profile", NULL};
+    bool trace, profile;
     luaL_checktype(L, 1, LUA_TTABLE);
     luna__check_options(L, 1, known);
-    if (lua_getfield(L, 1, "creation_traceback") != LUA_TNIL)
-      b->creation_traceback = lua_toboolean(L, -1);
-    if (lua_getfield(L, 1, "profile") != LUA_TNIL)
-      luna_loop_set_profiling(b->loop, lua_toboolean(L, -1));
-    lua_pop(L, 2);
+    /* Both read before either is set: a bad one changes nothing. */
+    trace = luna__field_boolean(L, 1, "creation_traceback", b->creation_traceback);
+    profile = luna__field_boolean(L, 1, "profile", luna_loop_profiling(b->loop));
+    b->creation_traceback = trace;
+    luna_loop_set_profiling(b->loop, profile);
   }
   lua_createtable(L, 0, 2);
   lua_pushboolean(L, b->creation_traceback);

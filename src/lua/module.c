@@ -258,9 +258,7 @@ static int l_run(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     hz = opt_field_number(L, 1, "hz", 60);
     frames = opt_field_number(L, 1, "frames", -1);
-    lua_getfield(L, 1, "fast");
-    fast = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    fast = luna__field_boolean(L, 1, "fast", false);
     if (!(hz > 0 && isfinite(hz)))
       opt_error(L, "hz", "a positive number");
     /* A count of frames, as `lunaloop run --frames` takes it. */

@@ -120,6 +120,12 @@ H.case("channel_argument_errors", function()
   H.has(H.raises(function() ch:send(nil) end), "bad argument #1 to 'send' (channel values cannot be nil)")
   H.has(H.raises(function() ch.send(ch, nil) end), "bad argument #2 to 'send' (channel values cannot be nil)")
   H.has(H.raises(function() ch.send({}, 1) end), "expected a Channel")
+  -- len and is_closed check self too (they indexed it, or read nil)
+  H.has(H.raises(function() ch.len(nil) end), "bad argument #1 to 'len' (expected a Channel (use ch:len))")
+  H.has(H.raises(function() ch.len({}) end), "bad argument #1 to 'len' (expected a Channel")
+  H.has(H.raises(function() ch.is_closed(1) end), "bad argument #1 to 'is_closed' (expected a Channel")
+  H.has(H.raises(function() ch.is_closed({}) end), "bad argument #1 to 'is_closed' (expected a Channel")
+  H.eq({ch:len(), ch:is_closed()}, {0, false})
   -- await errors point at the caller's line, not into the library
   local at = "channel_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": channel:receive: not inside a task"
   H.has(H.raises(function() ch:receive() end), at)

@@ -11,6 +11,11 @@ H.case("creation_traceback_is_off_by_default_and_kept_when_enabled", function()
   H.has(H.raises(function() task.debug{creation_traceback = true, bogus = 1} end),
     "unknown option 'bogus' (expected: creation_traceback, profile)")
   H.eq(task.debug().creation_traceback, false, "a refused call changes nothing")
+  H.has(H.raises(function() task.debug{profile = 1} end),
+    "bad argument #1 to 'debug' (opts.profile: expected a boolean, got number)")
+  H.has(H.raises(function() task.debug{profile = true, creation_traceback = "yes"} end),
+    "(opts.creation_traceback: expected a boolean, got string)")
+  H.eq(task.debug(), {creation_traceback = false, profile = false}, "neither was set")
   local before = spawner()
   H.eq(before:info().traceback, nil, "off: nothing is kept")
   H.eq(task.debug{creation_traceback = true}.creation_traceback, true)

@@ -71,6 +71,11 @@ H.case("every_argument_errors", function()
     "bad argument #3 to 'every' (opts.timing: unknown timing 'Later'")
   H.has(H.raises(function() task.every(1, print, {timng = "Update"}) end),
     "unknown option 'timng' (expected: timing, clock, spread)")
+  -- 0 and "yes" would read as true
+  H.has(H.raises(function() task.every(1, print, {spread = 0}) end),
+    "bad argument #3 to 'every' (opts.spread: expected a boolean, got number)")
+  H.has(H.raises(function() task.every(1, print, {spread = "yes"}) end),
+    "(opts.spread: expected a boolean, got string)")
   H.has(H.raises(function() task.on("Update", print, {prio = 1}) end),
     "unknown option 'prio' (expected: priority)")
   H.eq(testhost.callback_count(), 0)

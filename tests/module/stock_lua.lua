@@ -52,6 +52,7 @@ for _, c in ipairs{
   {{frames = "5"}, "opts.frames: expected a number, got string)"},
   {{hz = 0}, "opts.hz: expected a positive number, got 0)"},
   {{hz = true}, "opts.hz: expected a number, got boolean)"},
+  {{fast = 1}, "bad argument #1 to 'lunaloop.run' (opts.fast: expected a boolean, got number)"},
 } do
   local err = run_error(c[1])
   check(err:find(c[2], 1, true), "run error: expected " .. c[2] .. ", got " .. err)
