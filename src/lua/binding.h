@@ -151,6 +151,8 @@ struct luna__handle {
   uint8_t kind;            /* 0: on, 1: every */
   uint8_t timer_kind;      /* every: the luna_timer_kind of its clock */
   bool active;
+  bool calling;            /* its function is running: a removal keeps the
+                              references until the call ends (end_call) */
   luna_ns anchor;          /* every: the k-th call is due at anchor + k * interval */
   luna_ns interval;
   int64_t calls_due;       /* every: intervals accounted for so far (k) */

@@ -30,6 +30,16 @@ static void unlink_handle(luna__binding *b, luna__handle *h) {
   b->nhandles--;
 }
 
+/* Drops the registry references: the handle's (what keeps it alive while
+   registered) and its function's. A handle removed by its own callback
+   keeps both until the call ends, so the call can still name the function
+   in a report and read the handle, however the callback dropped it. */
+static void release(luna__binding *b, luna__handle *h) {
+  luaL_unref(b->L, LUA_REGISTRYINDEX, h->ref);
+  luaL_unref(b->L, LUA_REGISTRYINDEX, h->fn_ref);
+  h->ref = h->fn_ref = LUA_NOREF;
+}
+
 /* Forgets a handle: it is never called again. `remove_item` is false when
    the runner removes it itself (its step returned false). */
 static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
@@ -43,9 +53,16 @@ static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
       luna_item_remove(b->loop, h->item);
   }
   unlink_handle(b, h);
-  luaL_unref(b->L, LUA_REGISTRYINDEX, h->ref);
-  luaL_unref(b->L, LUA_REGISTRYINDEX, h->fn_ref);
-  h->ref = h->fn_ref = LUA_NOREF;
+  if (!h->calling)
+    release(b, h);
+}
+
+/* The call of h's function is over (returned or raised, and reported):
+   a removal made meanwhile lets go of the handle now. */
+static void end_call(luna__binding *b, luna__handle *h) {
+  h->calling = false;
+  if (!h->active)
+    release(b, h);
 }
 
 /* Reports the error on top of L, which the callback h raised (its
@@ -55,8 +72,7 @@ static void report_failure(luna__binding *b, luna__handle *h, lua_State *L) {
   const char *what = "callback";
   int err = lua_gettop(L);
   luna__push_last_traceback(L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
-  if (lua_getinfo(L, ">S", &ar))
+  if (lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref) == LUA_TFUNCTION && lua_getinfo(L, ">S", &ar))
     what = lua_pushfstring(L, "callback %s:%d", ar.short_src, ar.linedefined);
   luna__report(b, L, err, err + 1, 0, what);
   deactivate(b, h, true);
@@ -80,6 +96,7 @@ static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top
   else
     lua_pushnumber(L, dt);
   luna__running = L;
+  h->calling = true;
   LUNA__OBSERVE(b, on_call, L, true);
   st = lua_pcall(L, 1, 0, top + 1);
   LUNA__OBSERVE(b, on_call, L, false);
@@ -87,6 +104,7 @@ static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top
   if (st != LUA_OK)
     report_failure(b, h, L);
   lua_settop(L, top);
+  end_call(b, h);
   return st == LUA_OK;
 }
 
@@ -96,7 +114,7 @@ static bool callback_step(luna_loop *loop, void *arg) {
   /* dt as luna_loop_delta, read in place: this runs once per callback */
   luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
   call_handle(h->b, h, L, lua_gettop(L), (lua_Number)dt / 1e9, 0);
-  return h->active;
+  return h->active; /* released, not yet collected: nothing ran since */
 }
 
 /* ---- batches ------------------------------------------------------------ */
@@ -127,6 +145,7 @@ static int stretch_body(lua_State *L) {
     luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
     luna__batch_take(s->bt);
     s->cur = h;
+    h->calling = true;
     lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
     lua_pushnumber(L, (lua_Number)dt / 1e9);
     LUNA__OBSERVE(b, on_call, L, true);
@@ -135,6 +154,7 @@ static int stretch_body(lua_State *L) {
     luna__running = s->outer;
     LUNA__OBSERVE(b, on_call, L, false);
     s->cur = NULL;
+    end_call(b, h);
   }
   return 0;
 }
@@ -201,6 +221,7 @@ static void callbacks_batch(luna_loop *loop, luna__batch *bt) {
       if (st != LUA_OK && s.cur != NULL) {
         LUNA__OBSERVE(b, on_call, L, false);
         report_failure(b, s.cur, L);
+        end_call(b, s.cur);
       }
       lua_settop(L, top + 1);
     } while (st != LUA_OK && s.cur != NULL);

@@ -40,6 +40,35 @@ H.case("a_raising_callback_is_removed_and_reported_with_nil_task", function()
   good:remove()
 end)
 
+H.case("a_callback_that_removes_and_drops_its_own_handle_then_raises_is_named", function()
+  -- Its handle and function were released at remove(): the report read
+  -- the freed handle (ASan: use after free) and named "[C]:-1". Alone
+  -- (every), in a stretch between others (on), and returning normally.
+  local reports, restore = H.capture_errors()
+  local line = debug.getinfo(1, "l").currentline
+  local h1, h2, h3, h4
+  local log = {}
+  h1 = task.on("Update", function() log[#log + 1] = "first" end)
+  h2 = task.on("Update", function()
+    h2:remove(); h2 = nil; collectgarbage(); collectgarbage(); error("on boom", 0)
+  end)
+  h3 = task.on("Update", function()
+    h3:remove(); h3 = nil; collectgarbage(); collectgarbage(); log[#log + 1] = "returned"
+  end)
+  h4 = task.every(0.01, function()
+    h4:remove(); h4 = nil; collectgarbage(); collectgarbage(); error("every boom", 0)
+  end)
+  H.frames(2, 0.1)
+  restore()
+  H.eq(log, {"first", "returned", "first"})
+  table.sort(reports, function(a, b) return a.err < b.err end)
+  H.eq({reports[1].err, reports[2].err}, {"every boom", "on boom"})
+  H.eq(reports[1].what:match("^callback .*callbacks_test%.lua:(%d+)$"), tostring(line + 10))
+  H.eq(reports[2].what:match("^callback .*callbacks_test%.lua:(%d+)$"), tostring(line + 4))
+  H.eq(testhost.callback_count(), 1)
+  h1:remove()
+end)
+
 -- Callbacks run in stretches, several in one protected call (runner.h,
 -- callbacks.c): a raising callback must still be isolated, the stretch
 -- going on with the next one in the same frame, and its traceback must end
