@@ -20,6 +20,8 @@ local pack, unpack, select, type, error, pcall = table.pack, table.unpack, selec
 local setmetatable, tostring = setmetatable, tostring
 
 local getinfo = debug and debug.getinfo
+local awaits = I.awaits
+local CYCLE = "await cycle: that task is (indirectly) awaiting this one"
 
 -- Raises "bad argument #n to 'fname' (msg)" at the caller of the function
 -- `level` calls up (2: the one calling argerror). Called as a method
@@ -73,6 +75,7 @@ local function collect(fname, ...)
   for i = 1, n do
     local x = tasks[i]
     if x == me then argerror(fname, i, "a task cannot await itself", 3) end
+    if awaits(x, me) then argerror(fname, i, CYCLE, 3) end
     if is_task(x) then
       local st = x:status()
       if st == "done" or st == "failed" or st == "cancelled" then handled[x] = true end
@@ -86,6 +89,16 @@ local function collect(fname, ...)
     end
   end
   return tasks, children, n, handled
+end
+
+-- What the calling task waits on while it waits in a combinator, declared
+-- for the await-cycle search (cycles.c) until the returned value is closed
+-- (every way out of the combinator, cancellation included).
+local Waits = {__close = function(w) I.undepend(w[1]) end}
+local function declare_waits(me, list)
+  local w = setmetatable({me}, Waits)
+  I.depend(me, list)
+  return w
 end
 
 -- Awaits an input: a Task, or a Promise without giving it up if cancelled.
@@ -154,6 +167,7 @@ function M.when_all(...)
     if state.waiting and (remaining == 0 or failed) then wake(me) end
   end
   local watchers = watch_all(tasks, n, children, notify)
+  local waits <close> = declare_waits(me, tasks)
   local ok, err = wait_for(state, function() return remaining == 0 or failed end)
   live = false
   cancel_all(watchers)
@@ -178,6 +192,7 @@ function M.when_any(...)
     if state.waiting then wake(me) end
   end
   local watchers = watch_all(tasks, n, children, notify)
+  local waits <close> = declare_waits(me, tasks)
   local ok, err = wait_for(state, function() return winner ~= nil end)
   live = false
   cancel_all(watchers)
@@ -204,6 +219,8 @@ function M.timeout(seconds, fn, ...)
   end
   I.check_await("task.timeout", 2)
   local me = current()
+  if fn == me then argerror("timeout", 2, "a task cannot await itself") end
+  if awaits(fn, me) then argerror("timeout", 2, CYCLE) end
   local child = own and new_task(fn, ...) or fn
   local state = {what = "task.timeout", waiting = false}
   local outcome, live = nil, true
@@ -218,6 +235,7 @@ function M.timeout(seconds, fn, ...)
   local w = spawn(function() settle(pack(pcall(await_input, child))) end)
   local timer = spawn(function() M.delay(seconds); settle("timeout") end)
   if own then start(child) end
+  local waits <close> = declare_waits(me, {child})
   local ok, err = wait_for(state, function() return outcome ~= nil end)
   live = false
   cancel(w)
@@ -269,6 +287,7 @@ function Scope:spawn(fn, ...)
   local child = new_task(fn, ...)
   self.children[child] = true
   self.order[#self.order + 1] = child
+  if self.declared then I.depend_one(self.owner, child) end
   self.count = self.count + 1
   spawn(scope_watch, self, child)
   start(child)
@@ -311,7 +330,18 @@ function M.scope(fn, ...)
       I.report(e, nil, me)
     end
   end
+  -- A child already waiting on this task would never end: that fails the
+  -- scope, as a child's error does.
+  for _, c in ipairs(s.order) do
+    if not s.failing and s.children[c] and awaits(c, me) then
+      s.failing, s.err = true, "task.scope: await cycle: a child of the scope is (indirectly) awaiting its owner"
+      cancel_children(s)
+    end
+  end
+  local waits <close> = declare_waits(me, s.order)
+  s.declared = true
   local ok, err = wait_for(s, function() return s.count == 0 end)
+  s.declared = false
   s.open = false
   if not ok then
     cancel_children(s)

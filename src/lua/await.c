@@ -371,7 +371,7 @@ static int l_wait_while(lua_State *L) {
    answers at once. */
 static int l_await(lua_State *L) {
   luna__task *target = luna__test_task(L, 1);
-  luna__task *t, *p;
+  luna__task *t;
   if (target == NULL && luna__is_promise(L, 1)) /* a host's promise: promise.c */
     return luna__await_promise(L, 1, true);
   if (target == NULL)
@@ -385,9 +385,8 @@ static int l_await(lua_State *L) {
   }
   if (target == t)
     return luaL_argerror(L, 1, "a task cannot await itself");
-  for (p = target; p != NULL && p->wait == LUNA__W_TASK; p = p->on.await.target)
-    if (p->on.await.target == t)
-      return luaL_argerror(L, 1, "await cycle: that task is (indirectly) awaiting this one");
+  if (luna__awaits(L, target, t))
+    return luaL_argerror(L, 1, "await cycle: that task is (indirectly) awaiting this one");
   luna__link_awaiter(t, target);
   t->wait = LUNA__W_TASK;
   lua_settop(L, 1); /* keeps the awaited task alive while we wait */

@@ -104,6 +104,9 @@ struct luna__task {
   uint8_t until : 1;             /* predicate wait: 1 for wait_until */
   uint8_t interrupt : 1;         /* raise the cancellation error once at the next
                                     await without cancelling the task (scope bodies) */
+  uint8_t has_deps : 1;          /* waiting in a combinator that declared what it
+                                    waits on (cycles.c) */
+  uint32_t dependents;  /* combinators' lists holding this task (cycles.c) */
   /* What the current wait holds; a task waits on one thing at a time. */
   union {
     struct {
@@ -393,6 +396,17 @@ size_t luna__cancel_all(luna__binding *b);
    hold a slot: skip them). Until the matching luna__end_walk, tasks
    created take slots after every other (read b->nslots again), so they
    are walked too. Walks nest. */
+/* Await cycles (cycles.c). luna__awaits: true when `from` waits, directly
+   or through other tasks, on `goal`, so that goal waiting on from would
+   never end; O(1) when nothing waits on goal. luna__depend: the task at
+   task_idx, about to wait in a combinator, waits on the Tasks of the list
+   (a table, read again at each search) until luna__undepend;
+   luna__depend_one: a Task was added to that list since. */
+bool luna__awaits(lua_State *L, luna__task *from, luna__task *goal);
+void luna__depend(lua_State *L, int task_idx, int list_idx);
+void luna__depend_one(lua_State *L, int task_idx, int dep_idx);
+void luna__undepend(lua_State *L, int task_idx);
+
 int luna__begin_walk(luna__binding *b);
 luna__task *luna__walk_task(luna__binding *b, int slot);
 void luna__end_walk(luna__binding *b);

@@ -128,6 +128,32 @@ static int timeout_tostring(lua_State *L) {
   return 1;
 }
 
+/* awaits(x, t) -> boolean: x (any value) is a Task waiting, directly or
+   through others, on the Task t (cycles.c). */
+static int l_awaits(lua_State *L) {
+  luna__task *x = luna__test_task(L, 1);
+  luna__task *t = luna__check_task(L, 2);
+  lua_pushboolean(L, x != NULL && luna__awaits(L, x, t));
+  return 1;
+}
+
+/* depend(t, list): t waits on the Tasks of list until undepend(t);
+   depend_one(t, child): child was appended to that list. */
+static int l_depend(lua_State *L) {
+  luna__depend(L, 1, 2);
+  return 0;
+}
+
+static int l_depend_one(lua_State *L) {
+  luna__depend_one(L, 1, 2);
+  return 0;
+}
+
+static int l_undepend(lua_State *L) {
+  luna__undepend(L, 1);
+  return 0;
+}
+
 /* is_task(x) -> boolean */
 static int l_is_task(lua_State *L) {
   lua_pushboolean(L, luna__test_task(L, 1) != NULL);
@@ -146,6 +172,10 @@ static const luaL_Reg internal_funcs[] = {
     {"report", l_report},
     {"timeout_error", l_timeout_error},
     {"is_task", l_is_task},
+    {"awaits", l_awaits},
+    {"depend", l_depend},
+    {"depend_one", l_depend_one},
+    {"undepend", l_undepend},
     {"is_promise", luna__l_is_promise},
     {"await_promise", luna__l_watch_promise},
     {NULL, NULL}};

@@ -239,4 +239,100 @@ H.case("cancelling_the_caller_of_a_combinator_cancels_its_children", function()
   H.eq({t:status(), child_closed}, {"cancelled", true})
 end)
 
+-- Await cycles through combinators (a fresh-user trial: both tasks waited
+-- for ever, unseen). The await or combinator call that would close a
+-- cycle raises, whichever side comes second.
+local CYCLE = "await cycle: that task is (indirectly) awaiting this one"
+
+H.case("an_await_closing_a_cycle_through_when_all_or_when_any_raises", function()
+  for _, combinator in ipairs{"when_all", "when_any"} do
+    local got, a, b = {}
+    a = task.spawn(function() task.yield(); return task[combinator](function() task.delay_frame(10) end, b) end)
+    b = task.spawn(function()
+      task.yield(); task.yield()
+      got.b = select(2, pcall(task.await, a))
+      return "b done"
+    end)
+    H.frames(3)
+    H.has(got.b, "bad argument #1 to 'lunaloop.await' (" .. CYCLE .. ")")
+    H.eq(b:status(), "done", combinator)
+    H.frames(10)
+    H.eq(a:status(), "done", combinator)
+  end
+end)
+
+H.case("a_combinator_closing_a_cycle_raises_at_its_argument", function()
+  local got, c, d = {}
+  d = task.spawn(function() task.yield(); return task.await(c) end)
+  c = task.spawn(function()
+    task.yield(); task.yield()
+    got.all = select(2, pcall(task.when_all, task.spawn(function() end), d))
+    got.any = select(2, pcall(task.when_any, d))
+    got.timeout = select(2, pcall(task.timeout, 1, d))
+    got.self = select(2, pcall(task.timeout, 1, task.current()))
+  end)
+  H.frames(3)
+  H.has(got.all, "bad argument #2 to 'when_all' (" .. CYCLE .. ")")
+  H.has(got.any, "bad argument #1 to 'when_any' (" .. CYCLE .. ")")
+  H.has(got.timeout, "bad argument #2 to 'timeout' (" .. CYCLE .. ")")
+  H.has(got.self, "bad argument #2 to 'timeout' (a task cannot await itself)")
+  H.eq({c:status(), d:status()}, {"done", "done"})
+end)
+
+H.case("an_await_closing_a_cycle_through_timeout_and_a_chain_raises", function()
+  local got, e, f, g = {}
+  e = task.spawn(function() task.yield(); return task.timeout(100, f) end)
+  f = task.spawn(function() task.yield(); return task.await(g) end)
+  g = task.spawn(function()
+    task.yield(); task.yield()
+    got.g = select(2, pcall(task.await, e)) -- g -> e -> (timeout) f -> g
+  end)
+  H.frames(3)
+  H.has(got.g, CYCLE)
+  H.eq({e:status(), f:status(), g:status()}, {"done", "done", "done"})
+end)
+
+H.case("a_scope_child_awaiting_its_owner_fails_the_scope", function()
+  local owners, errs = {}, {}
+  -- awaiting before the body ended (found when the scope starts waiting),
+  -- after (the child's await raises), and from a child spawned late
+  local bodies = {
+    function(s, me) s:spawn(function() task.await(me) end); task.yield() end,
+    function(s, me) s:spawn(function() task.yield(); task.await(me) end) end,
+    function(s, me)
+      s:spawn(function() task.yield(); s:spawn(function() task.yield(); task.await(me) end) end)
+    end,
+  }
+  for i, body in ipairs(bodies) do
+    owners[i] = task.spawn(function()
+      task.yield()
+      local ok, err = pcall(task.scope, body, task.current())
+      errs[i] = err
+    end)
+  end
+  H.frames(4)
+  H.has(errs[1], "task.scope: await cycle: a child of the scope is (indirectly) awaiting its owner")
+  H.has(errs[2], "bad argument #1 to 'await' (" .. CYCLE .. ")")
+  H.has(errs[3], "bad argument #1 to 'await' (" .. CYCLE .. ")")
+  H.eq({owners[1]:status(), owners[2]:status(), owners[3]:status()}, {"done", "done", "done"})
+  H.eq(testhost.task_count(), 0)
+end)
+
+H.case("a_combinator_that_ended_no_longer_counts_in_cycles", function()
+  -- Its declared waits are withdrawn on every way out: after when_all
+  -- returned, raised or was cancelled, awaiting the caller is no cycle.
+  local x = task.spawn(function() task.yield() end)
+  local got, caller = {}
+  caller = task.spawn(function()
+    task.when_all(x)
+    pcall(task.when_all, task.spawn(function() error("no", 0) end))
+    task.delay(10)
+  end)
+  local y = task.spawn(function() task.yield(); task.yield(); got.y = select(2, pcall(task.await, caller)) end)
+  H.frames(3)
+  caller:cancel()
+  H.eq(task.is_cancelled(got.y), true, "y saw the caller's cancellation")
+  H.eq({caller:status(), y:status()}, {"cancelled", "done"})
+end)
+
 H.run()
