@@ -337,9 +337,18 @@ static int l_on_error(lua_State *L) {
 static const char helpers_lua[] =
   "local task = ...\n"
   "local H = {}\n"
+  "-- The name in a 20-character column: cut between UTF-8 characters\n"
+  "-- (bytes when it is not UTF-8), padded by characters.\n"
   "local function name_of(t, i)\n"
   "  local n = i.name or ('#' .. i.id)\n"
-  "  return #n > 20 and n:sub(1, 17) .. '...' or n\n"
+  "  local len = utf8.len(n)\n"
+  "  if not len then\n"
+  "    if #n > 20 then n = n:sub(1, 17) .. '...' end\n"
+  "    len = #n\n"
+  "  elseif len > 20 then\n"
+  "    n, len = n:sub(1, utf8.offset(n, 18) - 1) .. '...', 20\n"
+  "  end\n"
+  "  return n .. string.rep(' ', 20 - len)\n"
   "end\n"
   "function H.tasks()\n"
   "  local list = task.list()\n"
@@ -354,7 +363,7 @@ static const char helpers_lua[] =
   "    elseif i.deadline then\n"
   "      due = string.format('in %.3fs %s', i.deadline - task.time(i.clock), i.clock)\n"
   "    end\n"
-  "    out[#out + 1] = string.format('%4d  %-20s %-9s %-9s %-18s %-18s %d',\n"
+  "    out[#out + 1] = string.format('%4d  %s %-9s %-9s %-18s %-18s %d',\n"
   "      i.id, name_of(t, i), i.status, i.wait or '-', i.timing or '-', due, i.age)\n"
   "  end\n"
   "  return table.concat(out, '\\n')\n"
@@ -553,8 +562,12 @@ static void chunk_name(const char *code, char *out, size_t size) {
     n++;
   memcpy(out, code, n);
   out[n] = '\0';
-  if (code[n] != '\0' && code[n] != '\n' && n >= 3)
-    memcpy(out + n - 3, "...", 3); /* cut short */
+  if (code[n] != '\0' && code[n] != '\n' && n >= 3) { /* cut short */
+    n -= 3;
+    while (n > 0 && (out[n] & 0xC0) == 0x80) /* not inside a UTF-8 character */
+      n--;
+    memcpy(out + n, "...", 4);
+  }
 }
 
 /* A file's task name: the path itself, or "..." and its end when it is
@@ -566,8 +579,11 @@ static void file_name(const char *path, char *out, size_t size) {
     memcpy(out, path, len + 1);
     return;
   }
+  path += len - (size - 4);
+  while ((*path & 0xC0) == 0x80) /* start on a whole UTF-8 character */
+    path++;
   memcpy(out, "...", 3);
-  memcpy(out + 3, path + len - (size - 4), size - 3); /* with the '\0' */
+  memcpy(out + 3, path, strlen(path) + 1);
 }
 
 static void forget_foreground(void) {

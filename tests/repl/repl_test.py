@@ -792,6 +792,27 @@ def case_utf8_keys():
         s.close()
 
 
+def case_names_are_cut_between_utf8_characters():
+    """:tasks cut a long name at byte 17, inside a character (invalid
+    UTF-8), and padded by bytes, so the columns no longer lined up. A
+    background chunk's name from a long first line was cut the same way."""
+    script = ("a = task.spawn(function() task.delay(60) end) a.name = ('\u00e9'):rep(25)\n"
+              "b = task.spawn(function() task.delay(60) end) b.name = 'plain'\n"
+              ":tasks\n"
+              "x = '" + "\u00e9" * 30 + "' task.delay(0) &\n"
+              "y = '" + "\u00e9" * 30 + "'\n"
+              "print(task.list()[3].name)\n")
+    p = subprocess.run([LUNALOOP, "repl", "--fast"], input=script.encode(), capture_output=True,
+                       timeout=30)
+    out = p.stdout.decode("utf-8")  # raises on invalid UTF-8
+    rows = [l for l in out.splitlines() if re.match(r"^\s+\d+\s", l)]
+    check(len(rows) == 2, "two task rows: %r" % out)
+    check(rows[0].split()[1] == "\u00e9" * 17 + "...", "the name cut after 17 characters: %r" % rows[0])
+    check(rows[0].index("suspended") == rows[1].index("suspended"), "aligned columns: %r" % rows)
+    names = [l for l in out.splitlines() if l.endswith("...") and l.startswith("x = '\u00e9")]
+    check(len(names) == 1, "the chunk's name, cut short: %r" % out)
+
+
 def case_piped_input_runs_line_by_line():
     """Without a terminal: no prompt, no libedit; each chunk still finishes
     before the next line runs, and the end of input exits 0."""
