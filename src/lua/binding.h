@@ -396,6 +396,10 @@ size_t luna__cancel_all(luna__binding *b);
    hold a slot: skip them). Until the matching luna__end_walk, tasks
    created take slots after every other (read b->nslots again), so they
    are walked too. Walks nest. */
+int luna__begin_walk(luna__binding *b);
+luna__task *luna__walk_task(luna__binding *b, int slot);
+void luna__end_walk(luna__binding *b);
+
 /* Await cycles (cycles.c). luna__awaits: true when `from` waits, directly
    or through other tasks, on `goal`, so that goal waiting on from would
    never end; O(1) when nothing waits on goal. luna__depend: the task at
@@ -407,9 +411,6 @@ void luna__depend(lua_State *L, int task_idx, int list_idx);
 void luna__depend_one(lua_State *L, int task_idx, int dep_idx);
 void luna__undepend(lua_State *L, int task_idx);
 
-int luna__begin_walk(luna__binding *b);
-luna__task *luna__walk_task(luna__binding *b, int slot);
-void luna__end_walk(luna__binding *b);
 /* Pushes the name of the task at idx (a string, or nil) and returns its
    type; luna__set_name pops a string or nil and names the task at idx. */
 int luna__push_name(lua_State *L, int idx);
