@@ -500,6 +500,8 @@ LUNA_API void luna_lua_guard_interrupts(lua_State *L) {
 /* ---- lifecycle ---------------------------------------------------------------- */
 
 static bool owned_continuation(luna_fn fn, void *arg, void *ud) {
+  if (fn == luna__drain_cb)
+    return arg == ud;
   if (fn != luna__resume_cb && fn != luna__start_cb)
     return false;
   return ((luna__task *)arg)->b == (luna__binding *)ud;
@@ -520,7 +522,10 @@ static void detach_work(luna__binding *b) {
 static bool release_continuation(luna_fn fn, void *arg, void *ud) {
   if (!owned_continuation(fn, arg, ud))
     return false;
-  luna__drop_continuation((luna__task *)arg);
+  if (fn == luna__drain_cb)
+    ((luna__binding *)ud)->drain_deferred = false;
+  else
+    luna__drop_continuation((luna__task *)arg);
   return true;
 }
 

@@ -197,6 +197,8 @@ struct luna__binding {
   luna__task *current;   /* innermost task being resumed */
   int depth;             /* nested resumes */
   bool pumping;
+  bool drain_deferred;   /* a drain hit LUNA__DRAIN_LIMIT: the ready ring
+                            waits for luna__drain_cb (task.c) */
   bool observed;         /* some slot of observers[] is installed */
   luna__ring ready;      /* tasks woken and not yet resumed */
   /* resumes per timing in the current frame (introspection) */
@@ -399,6 +401,9 @@ size_t luna__cancel_all(luna__binding *b);
 int luna__begin_walk(luna__binding *b);
 luna__task *luna__walk_task(luna__binding *b, int slot);
 void luna__end_walk(luna__binding *b);
+/* The continuation that drains the ready ring after a drain was cut short
+   (task.c); the binding purges it with its other continuations. */
+void luna__drain_cb(luna_loop *loop, void *arg);
 
 /* Await cycles (cycles.c). luna__awaits: true when `from` waits, directly
    or through other tasks, on `goal`, so that goal waiting on from would

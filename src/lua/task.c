@@ -690,12 +690,43 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
   }
 }
 
+/* Resumes one drain of the ready ring makes before the rest waits for the
+   next run of the timing. Wake-ups are resumed in the same run (DESIGN's
+   same-run hand-off), so tasks that wake each other for ever (two tasks
+   passing values over a channel) would hold the frame for ever, each
+   resume a run of its own, beyond any budget: this lets the frame end. A
+   chain of 10,000 awaits still settles in one run. */
+#define LUNA__DRAIN_LIMIT 100000
+
+void luna__drain_cb(luna_loop *loop, void *arg) {
+  luna__binding *b = (luna__binding *)arg;
+  (void)loop;
+  b->drain_deferred = false;
+  luna__pump(b);
+}
+
+/* Puts the rest of the ready ring off to the next run of the timing
+   running now (Update outside a frame). False when that cannot be queued
+   (memory): the drain then goes on. */
+static bool defer_drain(luna__binding *b) {
+  int timing = luna_loop_current_timing(b->loop);
+  if (luna__loop_enqueue(b->loop, timing >= 0 ? (luna_timing)timing : LUNA_UPDATE,
+                         luna__drain_cb, b) != 0)
+    return false;
+  b->drain_deferred = true;
+  return true;
+}
+
 /* luna__pump's loop, once there is something to resume and nothing else
    resumes. */
 static void pump_ready(luna__binding *b) {
+  uint32_t resumes = 0;
   b->pumping = true;
   while (b->ready.count > 0) {
-    luna__task *t = ready_pop(b);
+    luna__task *t;
+    if (++resumes > LUNA__DRAIN_LIMIT && defer_drain(b))
+      break;
+    t = ready_pop(b);
     t->pending--;
     if (t->state == LUNA__READY)
       resume(b, t, t->on.ready.nresume);
@@ -706,7 +737,7 @@ static void pump_ready(luna__binding *b) {
 }
 
 void luna__pump(luna__binding *b) {
-  if (b->ready.count > 0 && !b->pumping && b->depth == 0)
+  if (b->ready.count > 0 && !b->pumping && b->depth == 0 && !b->drain_deferred)
     pump_ready(b);
 }
 

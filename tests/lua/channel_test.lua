@@ -134,4 +134,27 @@ H.case("channel_argument_errors", function()
   H.has(H.raises(function() rendezvous:send(1) end), at)
 end)
 
+H.case("tasks_passing_values_for_ever_let_each_frame_end", function()
+  -- A send wakes the receiver in the same run, so these two tasks took
+  -- turns for ever inside one run: the frame never ended, whatever the
+  -- budgets (each turn is a resume of its own). A drain of the ready ring
+  -- now makes at most 100,000 resumes; the rest wait for the next run of
+  -- the timing. Here a drain of 100,000 resumes is 150,000 values (the
+  -- receiver takes the one handed over and then the buffered one; the
+  -- spawns' own drain, before the first frame, is one too).
+  local ch = task.channel(1)
+  local n = 0
+  local s = task.spawn(function() while true do ch:send(1) end end)
+  local r = task.spawn(function() while true do ch:receive(); n = n + 1 end end)
+  local seen = {n}
+  for _ = 1, 3 do
+    H.frames(1)
+    seen[#seen + 1] = n
+  end
+  H.eq(seen, {150002, 300002, 450002, 600002})
+  H.eq({s:status(), r:status()}, {"suspended", "suspended"})
+  s:cancel()
+  r:cancel()
+end)
+
 H.run()
