@@ -71,6 +71,24 @@ case_frames() {
   expect_err '^  f 0: loaded, 0 errors'
 }
 
+# Two tasks of a mod passing values over a channel for ever: each turn is
+# a resume of its own (a fresh budget), so the first frame never ended and
+# the host never got control back. A drain of wake-ups now stops after
+# 100,000 resumes, so the frames end and --frames stops the run.
+case_channel_ping_pong_lets_frames_end() {
+  mkdir -p "$TMP/p"
+  printf '%s\n' 'local ch = task.channel(1)' \
+    'task.spawn(function() while true do ch:send(1) end end)' \
+    'task.on("LastUpdate", function() print("frame", task.frame()) end)' \
+    'while true do ch:receive() end' >"$TMP/p/mod.lua"
+  status=0
+  timeout 120 "$LUNALOOP" mods --fast --budget 200000 --frames 3 "$TMP" >"$OUT" 2>"$ERR" </dev/null ||
+    status=$?
+  expect_status 0
+  expect_out '^\[p\] frame	3$'
+  expect_err '^  p 0: loaded, 0 errors'
+}
+
 # Errors raised while the mods unload at the end (their tasks cancelled:
 # a __close that runs out of memory or over its budget) are reported before
 # the summary, counted in it, and give exit status 1.
