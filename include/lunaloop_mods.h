@@ -158,7 +158,9 @@ LUNA_API int luna_mods_poll(luna_mods *set);
    boolean, number, string, or a table of those) is copied now and delivered
    to the subscribers of `topic` at the next run of the set's timing, with
    sender "host". 0, LUNA_EINVAL (a value that cannot cross, too large, or a
-   cycle: luna_mods_last_error says why), LUNA_ENOMEM. */
+   cycle: luna_mods_last_error says why), LUNA_ENOMEM (out of memory, or the
+   bus is full: 65,536 messages, or 64 times message_limit in bytes, wait
+   for the next delivery; luna_mods_last_error says which). */
 LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int idx);
 
 /* Posts a string message from the host (as luna_mods_send). */

@@ -31,6 +31,11 @@
 
 #define MAX_DEPTH 100
 #define MAX_QUEUE 65536 /* messages waiting; a flood past this raises at the sender */
+/* Bytes waiting, as a multiple of the message limit (64 MiB by default):
+   the copies are the host's memory, outside every mod's cap, so a mod
+   sending big values in a loop would otherwise grow the host without
+   bound until the next delivery. */
+#define MAX_QUEUE_MESSAGES_OF_LIMIT 64
 
 enum { T_NIL, T_FALSE, T_TRUE, T_INT, T_FLT, T_STR, T_TABLE };
 
@@ -276,8 +281,25 @@ static char *dup(const char *s) {
   return p;
 }
 
+/* Why the bus cannot take `len` more bytes now (a message to raise or to
+   put in last_error), or NULL when it can. */
+static const char *bus_full(const luna_mods *set, size_t len) {
+  size_t max_bytes = set->cfg.message_limit * MAX_QUEUE_MESSAGES_OF_LIMIT;
+  if (set->nqueue >= MAX_QUEUE)
+    return "the bus is full (65536 messages waiting)";
+  if (len > max_bytes || set->queue_bytes > max_bytes - len)
+    return "the bus is full (64 times the message limit in bytes waiting)";
+  return NULL;
+}
+
 int luna__bus_post(luna_mods *set, const char *topic, const char *from, char *data, size_t len) {
   luna__message *msg;
+  const char *full = bus_full(set, len);
+  if (full != NULL) {
+    snprintf(set->last_error, sizeof set->last_error, "%s", full);
+    free(data);
+    return LUNA_ENOMEM;
+  }
   if (set->nqueue == set->capqueue) {
     size_t cap = set->capqueue ? set->capqueue * 2 : 16;
     luna__message *q = (luna__message *)realloc(set->queue, cap * sizeof *q);
@@ -300,6 +322,7 @@ int luna__bus_post(luna_mods *set, const char *topic, const char *from, char *da
     return LUNA_ENOMEM;
   }
   set->nqueue++;
+  set->queue_bytes += len;
   return 0;
 }
 
@@ -316,6 +339,7 @@ void luna__bus_clear(luna_mods *set) {
   free(set->queue);
   set->queue = NULL;
   set->nqueue = set->capqueue = 0;
+  set->queue_bytes = 0;
 }
 
 /* Subscriptions: full userdata, uservalue 1 the topic, 2 the function. */
@@ -392,6 +416,7 @@ void luna__bus_deliver(luna_mods *set) {
         luna__mods_report(set, m->man.name, "message '%s' from '%s' not delivered: %s",
                           msg.topic, msg.from, m->last_error);
     }
+    set->queue_bytes -= msg.len;
     free_message(&msg);
   }
   if (n > 0 && set->nqueue > n)
@@ -408,9 +433,14 @@ static int l_send(lua_State *L) {
   const char *topic = luaL_checkstring(L, 1);
   size_t len;
   char *data;
-  if (m->set->nqueue >= MAX_QUEUE)
-    return luaL_error(L, "mods.send: the bus is full (%d messages waiting)", MAX_QUEUE);
+  const char *full = bus_full(m->set, 0);
+  if (full != NULL) /* before copying anything */
+    return luaL_error(L, "mods.send: %s", full);
   data = luna__copy_out(L, 2, m->set->cfg.message_limit, &len, "mods.send");
+  if ((full = bus_full(m->set, len)) != NULL) {
+    free(data);
+    return luaL_error(L, "mods.send: %s", full);
+  }
   if (luna__bus_post(m->set, topic, m->man.name, data, len) != 0)
     return luaL_error(L, "mods.send: out of memory");
   return 0;
@@ -568,8 +598,8 @@ LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int
   int st;
   if (set == NULL || topic == NULL || L == NULL)
     return LUNA_EINVAL;
-  if (set->nqueue >= MAX_QUEUE) {
-    snprintf(set->last_error, sizeof set->last_error, "the bus is full");
+  if (bus_full(set, 0) != NULL) {
+    snprintf(set->last_error, sizeof set->last_error, "%s", bus_full(set, 0));
     return LUNA_ENOMEM;
   }
   st = serialize_protected(L, idx, set->cfg.message_limit, "luna_mods_send", &data, &len);

@@ -96,6 +96,7 @@ struct luna_mods {
   size_t nmods, capmods;
   luna__message *queue;
   size_t nqueue, capqueue;
+  size_t queue_bytes;         /* serialized bytes of the waiting messages */
   uint64_t frames_seen;       /* runs of the item, for watch_frames */
   uint64_t errors;            /* load failures and disables reported */
   int busy;                   /* > 0 while the set calls into any mod */

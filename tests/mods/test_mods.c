@@ -696,6 +696,39 @@ static void bus_order_errors_and_host_posts(void **state) {
   fx_free(f);
 }
 
+/* The copies waiting on the bus are the host's memory, outside every mod's
+   cap: a mod sending big values in a loop grew the host by gigabytes
+   before the next delivery (a fresh-user trial). At most 64 times the
+   message limit in bytes may wait; past that the send raises, for the
+   host too, and the bus takes messages again once they were delivered. */
+static void bus_refuses_more_than_64_message_limits_of_bytes(void **state) {
+  luna_mods_config c;
+  fixture *f;
+  char big[4000];
+  (void)state;
+  memset(&c, 0, sizeof c);
+  c.watch_frames = -1;
+  c.message_limit = 4096;
+  f = fx_new(&c);
+  memset(big, 'x', sizeof big);
+  fx_write(f, "a/mod.lua",
+           "local s = string.rep('x', 4000)\n"
+           "local sent, ok, err = 0, true, nil\n"
+           "while ok and sent < 1000 do ok, err = pcall(mods.send, 't', s); if ok then sent = sent + 1 end end\n"
+           "print(sent, err)\n"
+           "task.yield()\n"
+           "print(pcall(mods.send, 't', s))\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  /* 4005 bytes each (type, length, text): 65 fit in 64 * 4096 */
+  assert_has(f->out, "[a] 65\tmods.send: the bus is full (64 times the message limit in bytes waiting)\n");
+  assert_int_equal(luna_mods_send_string(f->set, "t", big, sizeof big), LUNA_ENOMEM);
+  assert_has(luna_mods_last_error(f->set), "the bus is full (64 times the message limit");
+  fx_frames(f, 1);
+  assert_has(f->out, "[a] true\n");
+  assert_int_equal(luna_mods_send_string(f->set, "t", big, sizeof big), 0);
+  fx_free(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dependency_order_follows_depends_then_load_order),
@@ -723,6 +756,7 @@ int main(void) {
       cmocka_unit_test(bus_copies_values_at_the_send),
       cmocka_unit_test(bus_refuses_what_cannot_cross),
       cmocka_unit_test(bus_order_errors_and_host_posts),
+      cmocka_unit_test(bus_refuses_more_than_64_message_limits_of_bytes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
