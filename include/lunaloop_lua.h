@@ -160,14 +160,16 @@ LUNA_API void luna_lua_interrupt_clear(void);
    run` and `lunaloop repl` do. Code that kept the old functions in locals
    keeps them. Raises only on memory errors. (Not reached: a message
    handler that is running when the interrupt comes, since Lua runs it
-   again with hooks off; a mod's sandbox has an xpcall for its budget.) */
+   again with hooks off; a mod's sandbox has an xpcall for its budget.)
+   Does nothing for a NULL state. */
 LUNA_API void luna_lua_guard_interrupts(lua_State *L);
 
 /* Pushes a string for the value at idx, as tostring() would, and returns
    it; never raises: when a __tostring metamethod raises or returns a
    non-string, pushes "(a <type> value whose __tostring failed)" instead.
    For reporting error values that may come from untrusted code. A
-   __tostring that never returns still hangs (no hook is installed). */
+   __tostring that never returns still hangs (no hook is installed).
+   NULL for a NULL state (nothing pushed). */
 LUNA_API const char *luna_lua_tostring(lua_State *L, int idx);
 
 LUNA_END_DECLS

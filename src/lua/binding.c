@@ -125,6 +125,8 @@ static int tostring_protected(lua_State *L) {
 }
 
 LUNA_API const char *luna_lua_tostring(lua_State *L, int idx) {
+  if (L == NULL)
+    return NULL;
   idx = lua_absindex(L, idx);
   if (lua_type(L, idx) == LUA_TSTRING) {
     lua_pushvalue(L, idx);
@@ -486,6 +488,8 @@ static int guarded_wrap(lua_State *L) {
 }
 
 LUNA_API void luna_lua_guard_interrupts(lua_State *L) {
+  if (L == NULL)
+    return;
   if (lua_getglobal(L, "coroutine") == LUA_TTABLE) {
     lua_pushcfunction(L, guarded_resume);
     lua_setfield(L, -2, "resume");
