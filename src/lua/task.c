@@ -619,6 +619,18 @@ static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
   luna__raise_from_hook(L, LUNA__HOOK_BARE_YIELD);
 }
 
+/* The coroutine ended right after a bare yield, before any instruction
+   could raise its error: the body was coroutine.yield itself, or C
+   functions only (task.spawn(pcall, coroutine.yield)). It fails with
+   that error all the same. Returns the status to settle with. */
+static LUNA__NOINLINE int bare_yield_ended(luna__binding *b, luna__task *t) {
+  lua_sethook(t->co, b->bare_prev.hook, b->bare_prev.mask, b->bare_prev.count);
+  lua_settop(t->co, 0);
+  lua_pushliteral(t->co, "coroutine.yield inside a task: use a task.* await "
+                         "(task.yield, task.delay, task.await, ...) instead");
+  return LUA_ERRRUN;
+}
+
 /* Arms bare_yield_hook on t's coroutine, keeping the hook it replaces. */
 static LUNA__NOINLINE void arm_bare_yield(luna__binding *b, luna__task *t) {
   b->bare_prev.hook = lua_gethook(t->co);
@@ -668,6 +680,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
     lua_pop(t->co, nres);
     arm_bare_yield(b, t);
     st = lua_resume(t->co, from, 0, &nres);
+    if (st == LUA_OK && lua_gethook(t->co) == bare_yield_hook)
+      st = bare_yield_ended(b, t); /* no Lua instruction ran to raise it */
     /* The guarded xpcall that could skip its handler for the error has
        done so by now; later, that error value is an ordinary one. */
     if (b->hook_error == LUNA__HOOK_BARE_YIELD)

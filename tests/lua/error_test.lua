@@ -238,6 +238,18 @@ H.case("bare_coroutine_yield_in_a_task_fails_it_with_advice", function()
   H.eq(#log, 1); H.has(log[1], "use a task.* await")
 end)
 
+H.case("a_body_of_c_functions_that_yields_fails_the_same_way", function()
+  -- Nothing was left to raise the error in: such tasks ended "done" with
+  -- their coroutine suspended (a fresh-user trial).
+  local reports, restore = H.capture_errors()
+  local a = task.spawn(coroutine.yield)
+  local b = task.spawn(pcall, coroutine.yield, "x")
+  restore()
+  H.eq({a:status(), b:status(), #reports}, {"failed", "failed", 2})
+  H.has(select(2, a:result()), "coroutine.yield inside a task: use a task.* await")
+  H.has(select(2, b:result()), "coroutine.yield inside a task: use a task.* await")
+end)
+
 H.case("result_is_pcall_shaped_and_raises_before_settling", function()
   local t = task.spawn(function() task.yield(); return 1, nil, "three" end)
   H.has(H.raises(function() t:result() end), "has not settled")
