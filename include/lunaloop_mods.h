@@ -9,7 +9,9 @@
 **
 ** Threads: every function here is for the loop thread (the thread that
 ** drives the loop), and none may be called from inside a mod's Lua code
-** (they return LUNA_ESTATE then), except the read-only queries.
+** (they return LUNA_ESTATE then), except the read-only queries and the
+** sends (luna_mods_send, luna_mods_send_string: a host function that a
+** mod calls may post to the bus).
 **
 ** The set does its per-frame work (delivering bus messages, disabling mods
 ** that overran their budgets, checking files for hot reload) in one repeating
@@ -121,8 +123,10 @@ LUNA_API int luna_mods_load_dir(luna_mods *set, const char *dir);
 
 /* Loads one mod from its folder; its dependencies must be loaded already.
    0, LUNA_EINVAL (failed: see luna_mods_last_error; the mod is still listed,
-   as FAILED, and hot reload retries it), LUNA_ESTATE (inside a mod, or a mod
-   of that name is already loaded from another folder). */
+   as FAILED, and hot reload retries it), LUNA_ESTATE (inside a mod, a mod
+   of that name is already loaded from another folder, or this folder's mod
+   is loaded already: luna_mods_last_error says so; luna_mods_reload
+   reloads it). */
 LUNA_API int luna_mods_load(luna_mods *set, const char *path);
 
 /* Unloads a mod: on_unload (if the mod registered one) is called and its
@@ -157,8 +161,8 @@ LUNA_API int luna_mods_poll(luna_mods *set);
 /* Posts a message from the host: the value at `idx` of any Lua state L (nil,
    boolean, number, string, or a table of those) is copied now and delivered
    to the subscribers of `topic` at the next run of the set's timing, with
-   sender "host". 0, LUNA_EINVAL (a value that cannot cross, too large, or a
-   cycle: luna_mods_last_error says why), LUNA_ENOMEM (out of memory, or the
+   sender "host". 0, LUNA_EINVAL (no value at idx, a value that cannot
+   cross, too large, or a cycle: luna_mods_last_error says why), LUNA_ENOMEM (out of memory, or the
    bus is full: 65,536 messages, or 64 times message_limit in bytes, wait
    for the next delivery; luna_mods_last_error says which). */
 LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int idx);

@@ -598,6 +598,11 @@ LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int
   int st;
   if (set == NULL || topic == NULL || L == NULL)
     return LUNA_EINVAL;
+  if (lua_type(L, idx) == LUA_TNONE) {
+    snprintf(set->last_error, sizeof set->last_error, "luna_mods_send: no value at index %d",
+             idx);
+    return LUNA_EINVAL;
+  }
   if (bus_full(set, 0) != NULL) {
     snprintf(set->last_error, sizeof set->last_error, "%s", bus_full(set, 0));
     return LUNA_ENOMEM;

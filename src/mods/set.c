@@ -436,8 +436,13 @@ LUNA_API int luna_mods_load(luna_mods *set, const char *path) {
              strerror(errno));
     return LUNA_EINVAL;
   }
-  if ((m = find_dir(set, real)) != NULL)
-    return m->state == LUNA_MOD_LOADED ? LUNA_ESTATE : reload(set, m);
+  if ((m = find_dir(set, real)) != NULL) {
+    if (m->state != LUNA_MOD_LOADED)
+      return reload(set, m);
+    snprintf(set->last_error, sizeof set->last_error,
+             "mod '%s' is loaded already (luna_mods_reload reloads it)", m->man.name);
+    return LUNA_ESTATE;
+  }
   m = new_mod(set, real);
   if (m == NULL || !append(set, m)) {
     luna__mod_free(m);
@@ -462,6 +467,7 @@ LUNA_API int luna_mods_unload(luna_mods *set, const char *name) {
     return LUNA_ENOENT;
   if (inside_mod(set))
     return LUNA_ESTATE;
+  luna__mods_report(set, m->man.name, "unloading");
   luna__mod_close(m, true, false);
   m->state = LUNA_MOD_UNLOADED;
   return 0;
@@ -492,6 +498,7 @@ LUNA_API int luna_mods_reload(luna_mods *set, const char *name) {
   if (inside_mod(set))
     return LUNA_ESTATE;
   set->last_error[0] = '\0';
+  luna__mods_report(set, m->man.name, "reloading");
   return reload(set, m);
 }
 

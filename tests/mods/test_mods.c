@@ -483,12 +483,28 @@ static void unload_cancels_tasks(void **state) {
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   fx_frames(f, 1);
   assert_int_equal(luna_mods_unload(f->set, "m"), 0);
+  assert_has(f->rep, "m: unloading"); /* the report callback hears it */
   assert_string_equal(f->out, "[m] tick\n[m] bye\n[m] closed\n");
   fx_frames(f, 2);
   assert_string_equal(f->out, "[m] tick\n[m] bye\n[m] closed\n");
   assert_int_equal(fx_info(f, "m").state, LUNA_MOD_UNLOADED);
   assert_false(luna_mods_alive(f->set));
   assert_int_equal(luna_mods_unload(f->set, "nope"), LUNA_ENOENT);
+  fx_free(f);
+}
+
+/* Loading a folder whose mod is loaded already is refused, and says why
+   (luna_mods_last_error was empty). */
+static void loading_a_loaded_mod_again_says_why(void **state) {
+  fixture *f = fx_new(NULL);
+  char path[300];
+  (void)state;
+  fx_write(f, "m/mod.lua", "print('loaded')\n");
+  snprintf(path, sizeof path, "%s/m", f->dir);
+  assert_int_equal(luna_mods_load(f->set, path), 0);
+  assert_int_equal(luna_mods_load(f->set, path), LUNA_ESTATE);
+  assert_has(luna_mods_last_error(f->set), "mod 'm' is loaded already");
+  assert_string_equal(f->out, "[m] loaded\n");
   fx_free(f);
 }
 
@@ -504,6 +520,7 @@ static void failed_on_unload_is_counted(void **state) {
   fx_frames(f, 1);
   assert_int_equal(luna_mods_error_count(f->set), 0);
   assert_int_equal(luna_mods_reload(f->set, "m"), 0);
+  assert_has(f->rep, "m: reloading");
   assert_has(f->rep, "m: on_unload failed: ");
   assert_has(f->rep, "value.f");
   assert_int_equal(luna_mods_error_count(f->set), 1);
@@ -689,6 +706,9 @@ static void bus_order_errors_and_host_posts(void **state) {
   luaL_dostring(H, "return {f = print}");
   assert_int_equal(luna_mods_send(f->set, "host", H, -1), LUNA_EINVAL);
   assert_has(luna_mods_last_error(f->set), "function value cannot be copied");
+  /* an empty index was sent as nil */
+  assert_int_equal(luna_mods_send(f->set, "host", H, lua_gettop(H) + 5), LUNA_EINVAL);
+  assert_has(luna_mods_last_error(f->set), "luna_mods_send: no value at index");
   assert_int_equal(luna_mods_send_string(f->set, "n", "s", 1), 0);
   fx_frames(f, 1);
   assert_has(f->out, "[b] host\tv\thost\n");
@@ -749,6 +769,7 @@ int main(void) {
       cmocka_unit_test(memory_cap_refuses_and_host_continues),
       cmocka_unit_test(reload_cancels_tasks_and_carries_state),
       cmocka_unit_test(unload_cancels_tasks),
+      cmocka_unit_test(loading_a_loaded_mod_again_says_why),
       cmocka_unit_test(failed_on_unload_is_counted),
       cmocka_unit_test(unload_all_counts_errors_of_the_cancellation),
       cmocka_unit_test(hot_reload_on_file_change),
