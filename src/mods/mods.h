@@ -72,7 +72,9 @@ struct luna__mod {
                                  those of their cancellation at close), and
                                  failures of on_load and on_unload */
   /* hot reload */
-  uint64_t signature;
+  uint64_t signature;         /* of the files when last loaded or failed */
+  bool waits_dependency;      /* failed for a dependency that is not loaded:
+                                 tried again once it is (poll_files) */
   /* carried state for on_load, serialized (bus.c format) */
   char *carry;
   size_t carry_len;

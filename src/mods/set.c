@@ -81,12 +81,22 @@ static bool inside_mod(const luna_mods *set) {
 /* Marks m as failed with a message, reports it and counts it. */
 static void fail(luna_mods *set, luna__mod *m, const char *fmt, const char *a, const char *b) {
   m->state = LUNA_MOD_FAILED;
+  m->signature = luna__watch_signature(m->dir); /* tried again when they change */
+  m->waits_dependency = false;
   snprintf(m->last_error, sizeof m->last_error, fmt, a, b);
   if (set->last_error[0] == '\0')
     snprintf(set->last_error, sizeof set->last_error, "mod '%s': %s", m->man.name,
              m->last_error);
   luna__mods_report(set, m->man.name, "not loaded: %s", m->last_error);
   set->errors++;
+}
+
+/* fail() for a dependency `dep` that is not loaded: m is tried again once
+   it is, without a change of its own files. */
+static void fail_dependency(luna_mods *set, luna__mod *m, const char *fmt, const char *dep,
+                            const char *b) {
+  fail(set, m, fmt, dep, b);
+  m->waits_dependency = true;
 }
 
 /* The first dependency of m that is not loaded, or NULL. */
@@ -139,7 +149,7 @@ static int reload(luna_mods *set, luna__mod *m) {
   if (!read_manifest(set, m))
     return LUNA_EINVAL;
   if ((dep = missing_dependency(set, m)) != NULL) {
-    fail(set, m, "it depends on '%s', which is not loaded", dep, "");
+    fail_dependency(set, m, "it depends on '%s', which is not loaded", dep, "");
     return LUNA_EINVAL;
   }
   return open_mod(set, m) ? 0 : LUNA_EINVAL;
@@ -174,8 +184,15 @@ static int poll_files(luna_mods *set) {
     if (m->state == LUNA_MOD_UNLOADED)
       continue;
     sig = luna__watch_signature(m->dir);
-    if (sig == m->signature)
+    if (sig == m->signature) {
+      if (m->state == LUNA_MOD_FAILED && m->waits_dependency &&
+          missing_dependency(set, m) == NULL) {
+        luna__mods_report(set, m->man.name, "its dependencies are loaded now: reloading");
+        reload(set, m);
+        n++;
+      }
       continue;
+    }
     m->signature = sig;
     luna__mods_report(set, m->man.name, "files changed: reloading");
     reload(set, m);
@@ -390,14 +407,14 @@ LUNA_API int luna_mods_load_dir(luna_mods *set, const char *dir) {
         luna__mod *dp = find_among(pend, npend, dn);
         if (dm == NULL && (dp == NULL || dp->state == LUNA_MOD_FAILED)) {
           if (dp != NULL)
-            fail(set, m, "it depends on '%s', which failed to load", dn, "");
+            fail_dependency(set, m, "it depends on '%s', which failed to load", dn, "");
           else
-            fail(set, m, "it depends on '%s', which is not in %s", dn, dir);
+            fail_dependency(set, m, "it depends on '%s', which is not in %s", dn, dir);
           progress = true;
         } else if (dm == NULL || dm->state == PENDING) {
           ready = false;
         } else if (dm->state != LUNA_MOD_LOADED) {
-          fail(set, m, "it depends on '%s', which failed to load", dn, "");
+          fail_dependency(set, m, "it depends on '%s', which failed to load", dn, "");
           progress = true;
         }
       }
@@ -453,7 +470,7 @@ LUNA_API int luna_mods_load(luna_mods *set, const char *path) {
     return LUNA_EINVAL;
   }
   if ((dep = missing_dependency(set, m)) != NULL) {
-    fail(set, m, "it depends on '%s', which is not loaded", dep, "");
+    fail_dependency(set, m, "it depends on '%s', which is not loaded", dep, "");
     return LUNA_EINVAL;
   }
   return open_mod(set, m) ? 0 : LUNA_EINVAL;

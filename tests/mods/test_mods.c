@@ -62,6 +62,33 @@ static void missing_dependency_is_reported_naming_both_mods(void **state) {
   fx_free(f);
 }
 
+/* A failed mod is tried again when its files change, or, when it failed
+   for a dependency, once that dependency is loaded; a poll with neither
+   reloaded every failed mod ("files changed" with no change, a
+   fresh-user trial). */
+static void failed_mods_wait_for_a_change_or_their_dependency(void **state) {
+  fixture *f = fx_new(NULL);
+  (void)state;
+  fx_write(f, "x/manifest.lua", "return {name = 'x', load_order = 1}");
+  fx_write(f, "x/mod.lua", "this is not Lua");
+  fx_write(f, "y/manifest.lua", "return {name = 'y', depends = {'x'}, load_order = 2}");
+  fx_write(f, "y/mod.lua", "print('y')");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), LUNA_EINVAL);
+  assert_has(f->rep, "y: not loaded: it depends on 'x', which failed to load");
+  f->rep[0] = '\0';
+  f->replen = 0;
+  assert_int_equal(luna_mods_poll(f->set), 0);
+  assert_string_equal(f->rep, "");
+  fx_write(f, "x/mod.lua", "print('x')");
+  assert_int_equal(luna_mods_poll(f->set), 2);
+  assert_has(f->rep, "x: files changed: reloading");
+  assert_has(f->rep, "y: its dependencies are loaded now: reloading");
+  assert_string_equal(f->out, "[x] x\n[y] y\n");
+  assert_int_equal(fx_info(f, "y").state, LUNA_MOD_LOADED);
+  assert_int_equal(luna_mods_poll(f->set), 0);
+  fx_free(f);
+}
+
 /* p and q depend on each other; r depends on p. */
 static void dependency_cycle_is_reported_naming_the_cycle(void **state) {
   fixture *f = fx_new(NULL);
@@ -753,6 +780,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dependency_order_follows_depends_then_load_order),
       cmocka_unit_test(missing_dependency_is_reported_naming_both_mods),
+      cmocka_unit_test(failed_mods_wait_for_a_change_or_their_dependency),
       cmocka_unit_test(dependency_cycle_is_reported_naming_the_cycle),
       cmocka_unit_test(bad_manifests_fail_their_mod_only),
       cmocka_unit_test(mod_lua_errors_are_reported),
