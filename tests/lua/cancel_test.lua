@@ -308,27 +308,30 @@ H.case("reset_cancels_every_task_and_nothing_resumes_afterwards", function()
   H.eq({testhost.task_count(), testhost.callback_count(), h:active()}, {0, 0, false})
 end)
 
+-- A task asleep for 10 s whose to-be-closed variable logs `name` when it
+-- is closed and then spawns another such task named `child`, if given.
+local function sleeper(log, name, child)
+  return task.spawn(function()
+    local r <close> = setmetatable({}, {__close = function()
+      log[#log + 1] = name
+      if child then sleeper(log, child) end
+    end})
+    task.delay(10)
+  end)
+end
+
 H.case("reset_cancels_in_creation_order_then_what_close_handlers_spawned", function()
   -- Creation order, though b1 and b2 took the slots a4 and a2 left; tasks
   -- spawned by close handlers while all are cancelled come last, in the
   -- order they were spawned.
   local log = {}
-  local function sleeper(name, spawns)
-    return task.spawn(function()
-      local r <close> = setmetatable({}, {__close = function()
-        log[#log + 1] = name
-        if spawns then sleeper(spawns) end
-      end})
-      task.delay(10)
-    end)
-  end
   local a = {}
-  for i = 1, 5 do a[i] = sleeper("a" .. i, i == 1 and "c1" or i == 3 and "c2" or nil) end
+  for i = 1, 5 do a[i] = sleeper(log, "a" .. i, i == 1 and "c1" or i == 3 and "c2" or nil) end
   a[2]:cancel()
   a[4]:cancel()
-  sleeper("b1")
-  sleeper("b2")
-  log = {}
+  sleeper(log, "b1")
+  sleeper(log, "b2")
+  for k in pairs(log) do log[k] = nil end -- a2 and a4 logged their closing
   testhost.reset()
   H.eq(log, {"a1", "a3", "a5", "b1", "b2", "c1", "c2"})
   H.eq(testhost.task_count(), 0)
@@ -339,18 +342,9 @@ H.case("reset_of_a_hundred_tasks_whose_close_handlers_each_spawn_one", function(
   -- leave it nearly empty; every one is still cancelled, in order, and
   -- the slots are reused in creation order afterwards.
   local log = {}
-  local function sleeper(name, child)
-    return task.spawn(function()
-      local r <close> = setmetatable({}, {__close = function()
-        log[#log + 1] = name
-        if child then sleeper(child) end
-      end})
-      task.delay(10)
-    end)
-  end
   local want = {}
   for i = 1, 100 do
-    sleeper("a" .. i, "c" .. i)
+    sleeper(log, "a" .. i, "c" .. i)
     want[i] = "a" .. i
     want[100 + i] = "c" .. i
   end
