@@ -16,7 +16,8 @@ LUNA_BEGIN_DECLS
   X(ESTATE, -3, "not allowed in the loop's current state")                     \
   X(ENOENT, -4, "no such timer or item (stale or removed handle)")             \
   X(ESTOPPED, -5, "the loop was stopped")                                      \
-  X(EALREADY, -6, "already completed")
+  X(EALREADY, -6, "already completed")                                         \
+  X(ERANGE, -7, "a clock would pass its limit (LUNA_CLOCK_MAX, 2^61 ns: about 73 years)")
 
 typedef enum luna_errno {
   LUNA_OK = 0,

@@ -118,8 +118,9 @@ LUNA_API int luna_loop_remove_listener(luna_loop *loop, luna_listener_fn fn, voi
    order, the host hook between each first timing and its Last partner. The
    FixedUpdate/LastFixedUpdate pair runs once per fixed step due (see
    luna_loop_fixed_steps). dt is in seconds, >= 0 and finite (LUNA_EINVAL
-   otherwise, and for a frame that would push a clock past LUNA_CLOCK_MAX,
-   about 73 years). Returns 0; LUNA_ESTOPPED when luna_loop_stop was called during
+   otherwise; LUNA_ERANGE for a frame that would push a clock past
+   LUNA_CLOCK_MAX, about 73 years: at time scale 1e6 that is 38 minutes of
+   frames). Returns 0; LUNA_ESTOPPED when luna_loop_stop was called during
    the frame (the remaining timings were skipped, nothing was dropped);
    LUNA_ESTATE from inside a callback. */
 LUNA_API int luna_loop_frame(luna_loop *loop, double dt_seconds);
@@ -130,8 +131,9 @@ LUNA_API int luna_loop_frame_ns(luna_loop *loop, luna_ns dt);
    fixed-step accumulator += round(dt * time_scale); the number of fixed steps
    due is then floor(accumulator / fixed_dt), capped at max_fixed_steps (time
    beyond the cap is dropped and counted, so a slow frame cannot start a
-   spiral of death). 0; LUNA_EINVAL for a negative dt or one that would push
-   the unscaled or scaled clock past LUNA_CLOCK_MAX (nothing changes then);
+   spiral of death). 0; LUNA_EINVAL for a negative dt; LUNA_ERANGE for one
+   that would push the unscaled or scaled clock past LUNA_CLOCK_MAX (nothing
+   changes then);
    LUNA_ESTATE in a callback or while a task of an attached Lua state runs. */
 LUNA_API int luna_loop_begin_frame(luna_loop *loop, double dt_seconds);
 LUNA_API int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt);

@@ -231,10 +231,10 @@ int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt) {
   if (busy(loop))
     return LUNA_ESTATE;
   if (dt > LUNA_CLOCK_MAX - loop->clocks.unscaled)
-    return LUNA_EINVAL;
+    return LUNA_ERANGE;
   scaled = luna__scale_ns(dt, loop->time_scale);
   if (scaled > LUNA_CLOCK_MAX - loop->clocks.scaled)
-    return LUNA_EINVAL;
+    return LUNA_ERANGE;
   loop->frame++;
   loop->unscaled_delta = dt;
   loop->delta = scaled;

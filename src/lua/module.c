@@ -180,8 +180,20 @@ static void check_can_drive(lua_State *L, luna__binding *b, const char *what) {
     luaL_error(L, "%s: cannot drive the loop from inside a task or callback", what);
 }
 
+/* A frame's dt in seconds: no more than the clocks can hold (LUNA_CLOCK_MAX,
+   about 73 years); a dt within it that would carry a clock past it (after
+   many frames, or at a large time scale) fails the frame instead. */
 static luna_ns opt_dt(lua_State *L, int idx, luna_ns def) {
-  return lua_isnoneornil(L, idx) ? def : luna__check_seconds(L, idx);
+  luna_ns dt;
+  if (lua_isnoneornil(L, idx))
+    return def;
+  dt = luna__check_seconds(L, idx);
+  if (dt > LUNA_CLOCK_MAX)
+    luaL_argerror(L, idx, lua_pushfstring(L, "expected at most %f seconds (the clocks' limit), "
+                                             "got %s",
+                                          (double)LUNA_CLOCK_MAX / 1e9,
+                                          luna__number_text(L, lua_tonumber(L, idx))));
+  return dt;
 }
 
 static int step_frame(lua_State *L, luna__binding *b, luna_ns dt) {
@@ -255,7 +267,9 @@ static int l_run(lua_State *L) {
   int code;
   check_can_drive(L, b, "task.run");
   if (!lua_isnoneornil(L, 1)) {
+    static const char *const known[] = {"hz", "frames", "fast", NULL};
     luaL_checktype(L, 1, LUA_TTABLE);
+    luna__check_options(L, 1, known);
     hz = opt_field_number(L, 1, "hz", 60);
     frames = opt_field_number(L, 1, "frames", -1);
     fast = luna__field_boolean(L, 1, "fast", false);

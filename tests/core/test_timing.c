@@ -172,6 +172,9 @@ static void error_table_names_and_describes_every_code(void **state) {
   assert_string_equal(luna_err_name(LUNA_ENOENT), "ENOENT");
   assert_string_equal(luna_err_name(LUNA_ESTOPPED), "ESTOPPED");
   assert_string_equal(luna_err_name(LUNA_EALREADY), "EALREADY");
+  assert_string_equal(luna_err_name(LUNA_ERANGE), "ERANGE");
+  assert_string_equal(luna_strerror(LUNA_ERANGE),
+                      "a clock would pass its limit (LUNA_CLOCK_MAX, 2^61 ns: about 73 years)");
   assert_string_equal(luna_err_name(-99), "UNKNOWN");
   assert_string_equal(luna_strerror(LUNA_EINVAL), "invalid argument");
   assert_string_equal(luna_strerror(LUNA_ENOMEM), "out of memory");

@@ -53,6 +53,7 @@ for _, c in ipairs{
   {{hz = 0}, "opts.hz: expected a positive number, got 0)"},
   {{hz = true}, "opts.hz: expected a number, got boolean)"},
   {{fast = 1}, "bad argument #1 to 'lunaloop.run' (opts.fast: expected a boolean, got number)"},
+  {{Fast = true}, "bad argument #1 to 'lunaloop.run' (unknown option 'Fast' (expected: hz, frames, fast))"},
 } do
   local err = run_error(c[1])
   check(err:find(c[2], 1, true), "run error: expected " .. c[2] .. ", got " .. err)
@@ -60,6 +61,18 @@ end
 check(task.frame() == frame0, "no frame ran for a bad option")
 task.spawn(function() while true do task.yield() end end)
 check(task.run{fast = true, frames = 0} == 0 and task.frame() == frame0, "frames = 0 runs none")
+
+-- The clocks stop at 2^61 ns (about 73 years): a dt past that is a bad
+-- argument; one that would carry a clock past it fails the frame with the
+-- reason (both said "invalid argument" before).
+local ok, err = pcall(task.step, 4e9)
+check(not ok and err:find("bad argument #1 to 'lunaloop.step' (expected at most 2305843009", 1, true),
+  "a dt past the clocks: " .. tostring(err))
+task.time_scale(1e6)
+ok, err = pcall(task.step, 4611)
+check(not ok and err:find("frame failed: a clock would pass its limit", 1, true),
+  "a frame past the clocks: " .. tostring(err))
+task.time_scale(1)
 
 -- driving from inside a task is refused
 task.spawn(function()
