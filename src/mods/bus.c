@@ -292,21 +292,24 @@ static const char *bus_full(const luna_mods *set, size_t len) {
   return NULL;
 }
 
-int luna__bus_post(luna_mods *set, const char *topic, const char *from, char *data, size_t len) {
+/* Frees `data`; *why says why the post failed (a static string). */
+static int refuse_post(char *data, const char **why, const char *reason) {
+  free(data);
+  *why = reason;
+  return LUNA_ENOMEM;
+}
+
+int luna__bus_post(luna_mods *set, const char *topic, const char *from, char *data, size_t len,
+                   const char **why) {
   luna__message *msg;
   const char *full = bus_full(set, len);
-  if (full != NULL) {
-    snprintf(set->last_error, sizeof set->last_error, "%s", full);
-    free(data);
-    return LUNA_ENOMEM;
-  }
+  if (full != NULL)
+    return refuse_post(data, why, full);
   if (set->nqueue == set->capqueue) {
     size_t cap = set->capqueue ? set->capqueue * 2 : 16;
     luna__message *q = (luna__message *)realloc(set->queue, cap * sizeof *q);
-    if (q == NULL) {
-      free(data);
-      return LUNA_ENOMEM;
-    }
+    if (q == NULL)
+      return refuse_post(data, why, "out of memory");
     set->queue = q;
     set->capqueue = cap;
   }
@@ -318,8 +321,7 @@ int luna__bus_post(luna_mods *set, const char *topic, const char *from, char *da
   if (msg->topic == NULL || msg->from == NULL) {
     free(msg->topic);
     free(msg->from);
-    free(data);
-    return LUNA_ENOMEM;
+    return refuse_post(data, why, "out of memory");
   }
   set->nqueue++;
   set->queue_bytes += len;
@@ -437,12 +439,8 @@ static int l_send(lua_State *L) {
   if (full != NULL) /* before copying anything */
     return luaL_error(L, "mods.send: %s", full);
   data = luna__copy_out(L, 2, m->set->cfg.message_limit, &len, "mods.send");
-  if ((full = bus_full(m->set, len)) != NULL) {
-    free(data);
+  if (luna__bus_post(m->set, topic, m->man.name, data, len, &full) != 0)
     return luaL_error(L, "mods.send: %s", full);
-  }
-  if (luna__bus_post(m->set, topic, m->man.name, data, len) != 0)
-    return luaL_error(L, "mods.send: out of memory");
   return 0;
 }
 
@@ -592,8 +590,18 @@ int luna__open_mods_module(lua_State *L) {
 
 /* ---- from the host ------------------------------------------------------------------------ */
 
+/* luna__bus_post from the host: a refusal's reason goes to last_error. */
+static int host_post(luna_mods *set, const char *topic, char *data, size_t len) {
+  const char *why;
+  int rc = luna__bus_post(set, topic, "host", data, len, &why);
+  if (rc != 0)
+    snprintf(set->last_error, sizeof set->last_error, "%s", why);
+  return rc;
+}
+
 LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int idx) {
   char *data = NULL;
+  const char *full;
   size_t len;
   int st;
   if (set == NULL || topic == NULL || L == NULL)
@@ -603,8 +611,8 @@ LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int
              idx);
     return LUNA_EINVAL;
   }
-  if (bus_full(set, 0) != NULL) {
-    snprintf(set->last_error, sizeof set->last_error, "%s", bus_full(set, 0));
+  if ((full = bus_full(set, 0)) != NULL) { /* before copying anything */
+    snprintf(set->last_error, sizeof set->last_error, "%s", full);
     return LUNA_ENOMEM;
   }
   st = serialize_protected(L, idx, set->cfg.message_limit, "luna_mods_send", &data, &len);
@@ -614,7 +622,7 @@ LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int
     lua_pop(L, 1);
     return st == LUA_ERRMEM ? LUNA_ENOMEM : LUNA_EINVAL;
   }
-  return luna__bus_post(set, topic, "host", data, len);
+  return host_post(set, topic, data, len);
 }
 
 LUNA_API int luna_mods_send_string(luna_mods *set, const char *topic, const char *s, size_t len) {
@@ -634,5 +642,5 @@ LUNA_API int luna_mods_send_string(luna_mods *set, const char *topic, const char
   memcpy(data + 1, &n, sizeof n);
   if (len > 0)
     memcpy(data + 1 + sizeof n, s, len);
-  return luna__bus_post(set, topic, "host", data, 1 + sizeof n + len);
+  return host_post(set, topic, data, 1 + sizeof n + len);
 }

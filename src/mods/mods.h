@@ -157,8 +157,10 @@ void luna__sandbox_loadfile(lua_State *L, luna__mod *m, const char *rel, const c
 char *luna__copy_out(lua_State *L, int idx, size_t limit, size_t *len, const char *what);
 /* Pushes the value a buffer holds onto L (may raise: out of memory). */
 void luna__copy_in(lua_State *L, const char *data, size_t len);
-/* Queues a message (takes ownership of data). 0 or LUNA_ENOMEM. */
-int luna__bus_post(luna_mods *set, const char *topic, const char *from, char *data, size_t len);
+/* Queues a message (takes ownership of data). 0, or LUNA_ENOMEM with *why
+   saying why (out of memory, or the bus is full: a static string). */
+int luna__bus_post(luna_mods *set, const char *topic, const char *from, char *data, size_t len,
+                   const char **why);
 /* Delivers the messages queued before this call, in order. */
 void luna__bus_deliver(luna_mods *set);
 void luna__bus_clear(luna_mods *set);
