@@ -60,6 +60,8 @@ static struct repl {
   bool paused;
   bool tty;              /* stdin and stdout are terminals: libedit is used */
   bool quit;
+  bool input_ended;      /* quit at the end of piped input */
+  uint64_t syntax_errors; /* chunks that did not compile (printed here) */
   int status;            /* exit status once quit */
   /* Input. */
   char *pending;         /* the lines of an unfinished chunk, or NULL */
@@ -749,6 +751,7 @@ static void eval_pending(bool force_bg) {
     }
     out_printf(stderr, "%s\n", lua_tostring(L, -1));
     lua_pop(L, 1);
+    R.syntax_errors++;
     remember(R.pending);
     drop_pending();
     return;
@@ -1156,7 +1159,8 @@ static void main_loop(void) {
       if (next_plain_line())
         continue; /* one line at a time, checking the chunk in between */
       if (R.in_eof) {
-        R.quit = true; /* end of input: as Ctrl-D */
+        R.quit = true; /* end of input: as Ctrl-D, with task.exit()'s status */
+        R.input_ended = true;
         break;
       }
     }
@@ -1288,6 +1292,12 @@ int luna__cli_repl(int argc, char **argv, int first) {
     luna__edit_close(R.history);
   free(R.history);
   status = R.status;
+  /* Replayed input ends as a script does (lunaloop run, stock lua): 1 when
+     an error was reported or a chunk did not compile, so a failing replay
+     fails its caller. */
+  if (R.input_ended && status == LUNA_EXIT_OK &&
+      (luna_lua_error_count(R.L) > 0 || R.syntax_errors > 0))
+    status = LUNA_EXIT_ERROR;
 done:
   if (R.trace != NULL) {
     if (!luna__trace_close(R.trace) && status == LUNA_EXIT_OK)

@@ -813,6 +813,25 @@ def case_names_are_cut_between_utf8_characters():
     check(len(names) == 1, "the chunk's name, cut short: %r" % out)
 
 
+def case_piped_input_that_failed_exits_1():
+    """A replayed session ended with exit 0 whatever failed in it; it now
+    ends as a script does: 1 when an error was reported (a chunk, a task)
+    or a chunk did not compile, 0 otherwise, task.exit's code first."""
+    def replay(script):
+        p = subprocess.run([LUNALOOP, "repl", "--fast"], input=script, capture_output=True,
+                           text=True, timeout=30)
+        return p.returncode, p.stdout
+    for script, want in [("print(1)\nerror('x')\nprint(2)\n", 1),
+                         ("task.spawn(function() error('in a task') end)\nprint(2)\n", 1),
+                         (")\nprint(2)\n", 1),
+                         ("error('x')\ntask.exit(0)\n", 0),
+                         ("print(1)\nprint(2)\n", 0)]:
+        code, out = replay(script)
+        check(code == want, "exit %d, expected %d for %r" % (code, want, script))
+        check(want == 0 and "task.exit" in script or out.rstrip().endswith("2"),
+              "the lines after the error ran: %r" % out)
+
+
 def case_piped_input_runs_line_by_line():
     """Without a terminal: no prompt, no libedit; each chunk still finishes
     before the next line runs, and the end of input exits 0."""
