@@ -21,7 +21,7 @@ local setmetatable, tostring = setmetatable, tostring
 
 local getinfo = debug and debug.getinfo
 local awaits = I.awaits
-local CYCLE = "await cycle: that task is (indirectly) awaiting this one"
+local CYCLE = I.CYCLE -- task.await's own message
 
 -- Raises "bad argument #n to 'fname' (msg)" at the caller of the function
 -- `level` calls up (2: the one calling argerror). Called as a method

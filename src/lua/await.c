@@ -386,7 +386,7 @@ static int l_await(lua_State *L) {
   if (target == t)
     return luaL_argerror(L, 1, "a task cannot await itself");
   if (luna__awaits(L, target, t))
-    return luaL_argerror(L, 1, "await cycle: that task is (indirectly) awaiting this one");
+    return luaL_argerror(L, 1, LUNA__AWAIT_CYCLE_MSG);
   luna__link_awaiter(t, target);
   t->wait = LUNA__W_TASK;
   lua_settop(L, 1); /* keeps the awaited task alive while we wait */

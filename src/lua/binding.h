@@ -412,6 +412,9 @@ void luna__drain_cb(luna_loop *loop, void *arg);
    (a table, read again at each search) until luna__undepend;
    luna__depend_one: a Task was added to that list since. */
 bool luna__awaits(lua_State *L, luna__task *from, luna__task *goal);
+/* The argument error of an await that would close a cycle (task.await,
+   and the combinators through internals.CYCLE). */
+#define LUNA__AWAIT_CYCLE_MSG "await cycle: that task is (indirectly) awaiting this one"
 void luna__depend(lua_State *L, int task_idx, int list_idx);
 void luna__depend_one(lua_State *L, int task_idx, int dep_idx);
 void luna__undepend(lua_State *L, int task_idx);

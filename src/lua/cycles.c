@@ -100,8 +100,8 @@ bool luna__awaits(lua_State *L, luna__task *from, luna__task *goal) {
   return false;
 }
 
-/* Adds `delta` to the dependents of each unsettled Task in the list at
-   `list`. */
+/* Adds `delta` (1 or -1) to the dependents of each Task in the list at
+   `list` (settled ones too: depend and undepend count the same set). */
 static void count_listed(lua_State *L, int list, int delta) {
   lua_Integer i, n = (lua_Integer)lua_rawlen(L, list);
   for (i = 1; i <= n; i++) {
@@ -110,7 +110,7 @@ static void count_listed(lua_State *L, int list, int delta) {
     d = luna__test_task(L, -1);
     lua_pop(L, 1);
     if (d != NULL)
-      d->dependents = (uint32_t)((int64_t)d->dependents + delta);
+      d->dependents += (uint32_t)delta; /* -1 wraps to a decrement */
   }
 }
 

@@ -193,5 +193,7 @@ void luna__open_compose(lua_State *L) {
     lua_error(L);
   lua_pushvalue(L, module);
   luaL_newlib(L, internal_funcs);
+  lua_pushliteral(L, LUNA__AWAIT_CYCLE_MSG);
+  lua_setfield(L, -2, "CYCLE");
   lua_call(L, 2, 0);
 }

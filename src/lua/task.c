@@ -145,11 +145,23 @@ static void sift_down(luna__binding *b, int root, int n) {
   }
 }
 
+/* Makes the free slots the empty ones, lowest given out first (never
+   allocates: cap >= nslots, see anchor). */
+static void rebuild_free_slots(luna__binding *b) {
+  int i;
+  if (b->free_slots.a == NULL) /* the binding closed */
+    return;
+  b->free_slots.count = 0;
+  for (i = b->nslots; i >= 1; i--)
+    if (luna__walk_task(b, i) == NULL)
+      b->free_slots.a[b->free_slots.count++] = i;
+}
+
 /* Sorts the anchors by id (heapsort: no memory), unless they are in order
-   already, then hands the empty slots, all at the end now, out in
+   already; the empty slots, all at the end now, are then given out in
    ascending order: tasks created next take slots after every other. */
 static void sort_anchors(luna__binding *b) {
-  int n = b->nslots, i, used = 0;
+  int n = b->nslots, i;
   uint64_t prev = 0;
   bool sorted = true;
   for (i = 1; i <= n && sorted; i++) {
@@ -165,13 +177,7 @@ static void sort_anchors(luna__binding *b) {
       sift_down(b, 1, i - 1);
     }
   }
-  while (used < n && luna__walk_task(b, used + 1) != NULL)
-    used++;
-  if (b->free_slots.a == NULL)
-    return;
-  b->free_slots.count = 0;
-  for (i = n; i > used; i--) /* cap >= nslots (anchor) */
-    b->free_slots.a[b->free_slots.count++] = i;
+  rebuild_free_slots(b);
 }
 
 int luna__begin_walk(luna__binding *b) {
@@ -183,14 +189,9 @@ int luna__begin_walk(luna__binding *b) {
 }
 
 void luna__end_walk(luna__binding *b) {
-  int i;
-  if (--b->walks > 0 || !b->slots_held || b->free_slots.a == NULL)
+  if (--b->walks > 0 || !b->slots_held)
     return;
-  /* Give back the slots released during the walk (lowest first out). */
-  b->free_slots.count = 0;
-  for (i = b->nslots; i >= 1; i--)
-    if (luna__walk_task(b, i) == NULL)
-      b->free_slots.a[b->free_slots.count++] = i;
+  rebuild_free_slots(b); /* gives back the slots released during the walk */
   b->slots_held = false;
 }
 
@@ -590,6 +591,11 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   lua_settop(L, top);
 }
 
+/* The error of a bare yield in a task. */
+#define BARE_YIELD_MSG                                                                     \
+  "coroutine.yield inside a task: use a task.* await (task.yield, task.delay, "          \
+  "task.await, ...) instead"
+
 /* A task yielded without a task.* await (a bare coroutine.yield in its own
    body). It cannot be resumed meaningfully, so it fails: a one-shot count
    hook raises the error at the next instruction, from inside the task, so
@@ -613,8 +619,7 @@ static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
   if (luna__interrupt_pending())
     luna__arm_interrupt(L); /* a signal between the hook's read and write */
   luaL_where(L, 1);
-  lua_pushliteral(L, "coroutine.yield inside a task: use a task.* await "
-                     "(task.yield, task.delay, task.await, ...) instead");
+  lua_pushliteral(L, BARE_YIELD_MSG);
   lua_concat(L, 2);
   luna__raise_from_hook(L, LUNA__HOOK_BARE_YIELD);
 }
@@ -626,8 +631,7 @@ static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
 static LUNA__NOINLINE int bare_yield_ended(luna__binding *b, luna__task *t) {
   lua_sethook(t->co, b->bare_prev.hook, b->bare_prev.mask, b->bare_prev.count);
   lua_settop(t->co, 0);
-  lua_pushliteral(t->co, "coroutine.yield inside a task: use a task.* await "
-                         "(task.yield, task.delay, task.await, ...) instead");
+  lua_pushliteral(t->co, BARE_YIELD_MSG);
   return LUA_ERRRUN;
 }
 
