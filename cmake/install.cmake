@@ -38,6 +38,7 @@ foreach(kind static shared)
               ${LUNA_MODS_SOURCES})
   target_include_directories(lunaloop_${kind}
     PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+           $<BUILD_INTERFACE:${CMAKE_BINARY_DIR}/include>
            $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
     PRIVATE ${PROJECT_SOURCE_DIR}/src/core ${PROJECT_SOURCE_DIR}/src/lua
             ${PROJECT_SOURCE_DIR}/src/mods)
@@ -48,10 +49,20 @@ foreach(kind static shared)
     ARCHIVE_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib
     LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
 endforeach()
+# The soname carries what lunaloop/version.h promises stays compatible:
+# MAJOR from 1.0 on, MAJOR.MINOR while MAJOR is 0 (a 0.x MINOR release may
+# break the ABI), as the CMake package's version file below says too.
+if(PROJECT_VERSION_MAJOR EQUAL 0)
+  set(LUNA_SOVERSION "0.${PROJECT_VERSION_MINOR}")
+  set(LUNA_CMAKE_COMPATIBILITY SameMinorVersion)
+else()
+  set(LUNA_SOVERSION "${PROJECT_VERSION_MAJOR}")
+  set(LUNA_CMAKE_COMPATIBILITY SameMajorVersion)
+endif()
 set_target_properties(lunaloop_shared PROPERTIES
   EXPORT_NAME lunaloop
   VERSION ${PROJECT_VERSION}
-  SOVERSION ${PROJECT_VERSION_MAJOR})
+  SOVERSION ${LUNA_SOVERSION})
 
 install(TARGETS lunaloop_static lunaloop_shared EXPORT lunaloopTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -60,6 +71,8 @@ install(TARGETS lunaloop_static lunaloop_shared EXPORT lunaloopTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
+install(FILES ${CMAKE_BINARY_DIR}/include/lunaloop/version.h
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lunaloop)
 install(TARGETS lunaloop_module LIBRARY DESTINATION ${LUNA_INSTALL_LUA_CMOD})
 if(TARGET lunaloop)
   install(TARGETS lunaloop RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
@@ -72,7 +85,7 @@ configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/lunaloopConfig.cmake.in
   INSTALL_DESTINATION ${LUNA_INSTALL_CMAKEDIR}
   PATH_VARS LUNA_INSTALL_LUA_CMOD)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/lunaloopConfigVersion.cmake
-  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+  VERSION ${PROJECT_VERSION} COMPATIBILITY ${LUNA_CMAKE_COMPATIBILITY})
 install(FILES ${CMAKE_BINARY_DIR}/lunaloopConfig.cmake ${CMAKE_BINARY_DIR}/lunaloopConfigVersion.cmake
   DESTINATION ${LUNA_INSTALL_CMAKEDIR})
 

@@ -43,6 +43,11 @@ int main(void) {
   luna_loop *loop;
   lua_State *L;
   int frames = 0, ok;
+  if (luna_version() != LUNA_VERSION_NUM) {
+    fprintf(stderr, "consumer: built against lunaloop %s, runs with %s\n", LUNA_VERSION_STRING,
+            luna_version_string());
+    return 1;
+  }
   if (luna_loop_new(NULL, &loop) != 0)
     return 1;
   L = luaL_newstate();
