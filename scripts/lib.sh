@@ -6,7 +6,11 @@
 LUNA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # The Debian packages a build and a full test run need.
-LUNA_DEPS=(liblua5.4-dev lua5.4 libcmocka-dev cmake pkg-config build-essential libedit-dev libcjson-dev)
+# help2man makes the man page; luarocks, lintian and bash-completion are
+# for tests/package and scripts/package (dpkg-dev, for dpkg-shlibdeps, comes
+# with build-essential).
+LUNA_DEPS=(liblua5.4-dev lua5.4 libcmocka-dev cmake pkg-config build-essential libedit-dev libcjson-dev
+           help2man luarocks lintian bash-completion)
 
 luna_say() { printf 'scripts/%s: %s\n' "${0##*/}" "$*" >&2; }
 luna_die() { luna_say "$*"; exit 1; }
@@ -45,8 +49,10 @@ luna_deps() {
 }
 
 # luna_build KIND [TARGET]: configures and builds build/KIND (debug, asan,
-# tsan or release) with CMake, quietly: the compiler's output is shown only
-# when the build fails, or its warnings when it succeeds.
+# tsan, release, or package: a release build for /usr without tests, what
+# scripts/package makes the Debian packages from) with CMake, quietly: the
+# compiler's output is shown only when the build fails, or its warnings when
+# it succeeds.
 luna_build() {
   local kind=${1:-debug} target=${2:-} flags
   case "$kind" in
@@ -54,7 +60,9 @@ luna_build() {
     asan) flags=(-DCMAKE_BUILD_TYPE=Debug -DLUNA_SANITIZE=address) ;;
     tsan) flags=(-DCMAKE_BUILD_TYPE=Debug -DLUNA_SANITIZE=thread) ;;
     release) flags=(-DCMAKE_BUILD_TYPE=Release -DLUNA_SANITIZE=) ;;
-    *) luna_die "unknown build kind '$kind' (expected debug, asan, tsan or release)" ;;
+    package) flags=(-DCMAKE_BUILD_TYPE=Release -DLUNA_SANITIZE= -DCMAKE_INSTALL_PREFIX=/usr
+                    -DLUNA_TESTS=OFF -DLUNA_BENCH=OFF) ;;
+    *) luna_die "unknown build kind '$kind' (expected debug, asan, tsan, release or package)" ;;
   esac
   local dir="$LUNA_ROOT/build/$kind" log
   log=$(mktemp)

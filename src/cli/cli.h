@@ -26,7 +26,8 @@ enum {
 
 /* ---- main.c ---------------------------------------------------------------- */
 
-/* Prints the usage text (all commands and the options of `run`) to `out`. */
+/* Prints the --help text (every command and option; the man page is made
+   from it) to `out`. */
 void luna__cli_usage(FILE *out);
 
 /* Option values, shared by run, repl and mods (options.c). Each parses the

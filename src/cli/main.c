@@ -26,33 +26,71 @@ static const struct command {
   {NULL, NULL}
 };
 
+/* The one text of --help, for every command (`run --help` and `mods --help`
+   print it too). The man page is generated from it by help2man
+   (cmake/man.cmake), so its layout follows help2man's rules: "Usage:" and
+   "or:" lines become the SYNOPSIS, a line ending in ':' over indented lines
+   a subsection, and an indented word followed by two spaces a tagged item.
+   The bash completion is generated from it too (cmake/completion.cmake): a
+   heading "Options of A, B and C:" says which commands take the options
+   under it, and an option followed by an upper-case word takes a value.
+   tests/package checks both against this text. */
 static const char usage_text[] =
-  "usage: " LUNA_PROGNAME " run [options] SCRIPT [ARGS...]\n"
-  "       " LUNA_PROGNAME " repl [options]          a live loop with a prompt\n"
-  "       " LUNA_PROGNAME " mods [options] DIR      load every mod in DIR and run the loop\n"
-  "       " LUNA_PROGNAME " --help | --version\n"
+  "Usage: " LUNA_PROGNAME " run [options] SCRIPT [ARGS...]\n"
+  "  or:  " LUNA_PROGNAME " repl [options]\n"
+  "  or:  " LUNA_PROGNAME " mods [options] DIR\n"
+  "  or:  " LUNA_PROGNAME " --help | --version\n"
+  "Runs Lua scripts as tasks on a game-style frame loop: Lua coroutines that\n"
+  "await yields, frames, delays and predicates at the 16 timings of a frame.\n"
   "\n"
-  "run: runs SCRIPT's main chunk as the task \"main\" (ARGS are its '...' and\n"
-  "arg[1..]), then drives frames until no task or callback is alive, or until\n"
-  "task.exit([code]) is called. The global 'task' is require \"lunaloop\".\n"
-  "  --fast          virtual time: frames back to back, dt = 1/hz exactly\n"
-  "                  (default: real time, paced at hz, dt measured)\n"
-  "  --hz N          frame rate, default 60\n"
-  "  --fixed-hz N    fixed steps per second, default 50\n"
-  "  --frames N      stop after N frames (remaining tasks are cancelled)\n"
-  "  --time-scale X  initial time scale, default 1\n"
-  "  --seed N        seed math.random, for repeatable runs\n"
-  "  --trace FILE    write a Chrome trace (open it in Perfetto): one track\n"
-  "                  per timing, one slice per task resume, frame markers\n"
-  "  -h, --help      show this text\n"
+  "Commands:\n"
+  "  run SCRIPT [ARGS...]  runs SCRIPT's main chunk as the task \"main\" (ARGS\n"
+  "                        are its '...' and arg[1..]), then drives frames until\n"
+  "                        no task or callback is alive, or until\n"
+  "                        task.exit([code]) is called; the global 'task' is\n"
+  "                        require \"lunaloop\"\n"
+  "  repl                  a live loop with a prompt: the loop keeps ticking at\n"
+  "                        --hz while the prompt waits; each chunk runs as a\n"
+  "                        task (top-level await works, a trailing & runs it in\n"
+  "                        the background); :help lists its commands\n"
+  "  mods DIR              loads every mod in DIR (each folder with a mod.lua\n"
+  "                        and a manifest.lua) in dependency order, each in its\n"
+  "                        own sandboxed Lua state on one loop, then drives\n"
+  "                        frames until no mod has a task or callback alive\n"
   "\n"
-  "repl: the loop keeps ticking at --hz while the prompt waits; each chunk\n"
-  "runs as a task (top-level await works, a trailing & runs it in the\n"
-  "background). Takes the options of run but --frames; :help lists commands.\n"
+  "Options of run, repl and mods:\n"
+  "  --fast            virtual time: frames back to back, dt = 1/hz exactly\n"
+  "                    (default: real time, paced at hz, dt measured)\n"
+  "  --hz N            frame rate, default 60\n"
+  "  --fixed-hz N      fixed steps per second, default 50\n"
+  "  --time-scale X    initial time scale, default 1\n"
+  "  --seed N          seed math.random, for repeatable runs\n"
+  "  -h, --help        show this text\n"
   "\n"
-  "exit status: 0 when everything finished without a reported error, 1 when a\n"
-  "task error was reported, 2 for a usage error or a script that fails to load,\n"
-  "130 after Ctrl-C; task.exit(code) ends with code.\n";
+  "Options of run and mods:\n"
+  "  --frames N        stop after N frames (remaining tasks are cancelled)\n"
+  "\n"
+  "Options of run and repl:\n"
+  "  --trace FILE      write a Chrome trace (open it in Perfetto): one track\n"
+  "                    per timing, one slice per task resume, frame markers\n"
+  "\n"
+  "Options of mods:\n"
+  "  --watch N         check the mods' files every N frames, 0: never\n"
+  "                    (default 30)\n"
+  "  --memory BYTES    memory cap of each mod, with k/m/g suffixes (default 64m)\n"
+  "  --budget N        instructions per resume or call (default 10000000)\n"
+  "  --max-overruns K  disable a mod after K overruns (default 3)\n"
+  "\n"
+  "Other options:\n"
+  "  --version         show the versions of lunaloop and of Lua\n"
+  "\n"
+  "Exit status:\n"
+  "  0     everything finished and no error was reported\n"
+  "  1     a task error was reported; for mods also a mod that failed to load\n"
+  "        or was disabled\n"
+  "  2     a usage error, or a script that fails to load\n"
+  "  130   Ctrl-C\n"
+  "  CODE  task.exit(CODE)\n";
 
 void luna__cli_usage(FILE *out) {
   fputs(usage_text, out);

@@ -36,19 +36,6 @@ static const struct option long_options[] = {
   {NULL, 0, NULL, 0}
 };
 
-static const char mods_usage[] =
-  "usage: " LUNA_PROGNAME " mods [options] DIR\n"
-  "loads every mod in DIR (each folder with a mod.lua and a manifest.lua) in\n"
-  "dependency order, each in its own sandboxed Lua state on one loop, then runs\n"
-  "frames until no mod has a task or callback alive (see docs/modding.md).\n"
-  "  --fast, --hz N, --fixed-hz N, --frames N, --time-scale X, --seed N: as for run\n"
-  "  --watch N          check the mods' files every N frames, 0: never (default 30)\n"
-  "  --memory BYTES     memory cap of each mod, with k/m/g suffixes (default 64m)\n"
-  "  --budget N         instructions per resume or call (default 10000000)\n"
-  "  --max-overruns K   disable a mod after K overruns (default 3)\n"
-  "exit status: 0 when no error was reported, 1 when a mod failed to load, a\n"
-  "task failed or a mod was disabled, 2 for a usage error, 130 after Ctrl-C.\n";
-
 /* BYTES with an optional k, m or g suffix (powers of 1024). */
 static bool parse_bytes(const char *s, size_t *out) {
   char *end;
@@ -89,7 +76,7 @@ static int parse_options(int argc, char **argv, mods_options *o) {
     }
     switch (c) {
     case 'h':
-      fputs(mods_usage, stdout);
+      luna__cli_usage(stdout);
       return LUNA_EXIT_OK;
     case OPT_WATCH:
       if (!luna__cli_parse_integer(optarg, false, &n) || n > 1000000000LL)

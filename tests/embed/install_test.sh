@@ -18,9 +18,16 @@ cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/i
 for f in include/lunaloop.h include/lunaloop_lua.h include/lunaloop/promise.h \
          include/lunaloop/version.h lib/liblunaloop.a lib/liblunaloop.so \
          lib/lua/5.4/lunaloop.so lib/pkgconfig/lunaloop.pc bin/lunaloop \
-         lib/cmake/lunaloop/lunaloopConfig.cmake lib/cmake/lunaloop/lunaloopConfigVersion.cmake; do
+         lib/cmake/lunaloop/lunaloopConfig.cmake lib/cmake/lunaloop/lunaloopConfigVersion.cmake \
+         share/lunaloop/types.lua share/bash-completion/completions/lunaloop; do
   [ -e "$prefix/$f" ] || fail "missing $f"
 done
+# The man page is built when help2man is there (cmake/docs.cmake).
+if [ -e "$build/lunaloop.1.gz" ]; then
+  [ -e "$prefix/share/man/man1/lunaloop.1.gz" ] || fail "missing share/man/man1/lunaloop.1.gz"
+  [ "$(MANPATH="$prefix/share/man" man -w lunaloop)" = "$prefix/share/man/man1/lunaloop.1.gz" ] ||
+    fail "man does not find the installed page in $prefix/share/man"
+fi
 # The shared library exports the public API only.
 if nm -D --defined-only "$prefix/lib/liblunaloop.so" | awk '{print $3}' | grep -vE '^(luna_|luaopen_lunaloop$)'; then
   fail "liblunaloop.so exports symbols outside the public API (above)"
