@@ -3,6 +3,9 @@
 -- (require "lunaloop", the global `task` of `lunaloop run` and of mods) and
 -- the `mods` module of mods. Not loaded at run time: point your editor at
 -- it, e.g. in .luarc.json: { "workspace.library": ["<lunaloop>/lua/lunaloop"] }.
+-- Installed, it is PREFIX/share/lunaloop/types.lua (/usr/share/lunaloop with
+-- the Debian package; `luarocks show --rock-dir lunaloop`/share/lunaloop for
+-- the rock).
 -- docs/api.md is the reference; docs/modding.md covers the mods API.
 
 ---@alias lunaloop.Timing
@@ -132,7 +135,7 @@ function Channel:is_closed() end
 ---The lunaloop module: `local task = require "lunaloop"`.
 ---@class lunaloop
 ---@field timings lunaloop.Timing[] the 16 timings in frame order
----@field version string
+---@field version string "MAJOR.MINOR.PATCH" of the loaded module
 local task = {}
 
 ---Creates a task and runs it now until its first await.
