@@ -147,7 +147,7 @@ case_completion() {
   [ "$(bash -c '. "$1"; complete -p lunaloop' _ "$f")" = "complete -F _lunaloop lunaloop" ] ||
     fail "complete -p lunaloop: $(bash -c '. "$1"; complete -p lunaloop' _ "$f" 2>&1)"
   mkdir -p "$TMP/files/mods.d"
-  touch "$TMP/files/game.lua"
+  touch "$TMP/files/game.lua" "$TMP/files/my level*.lua"
   expect_completion "--help --version -h mods repl run " lunaloop ""
   expect_completion "repl run " lunaloop r
   expect_completion "--fast --fixed-hz --frames " lunaloop run --f
@@ -156,9 +156,10 @@ case_completion() {
   expect_completion "--watch " lunaloop mods --w
   expect_completion "" lunaloop repl --w
   expect_completion "" lunaloop run --hz ""
-  expect_completion "game.lua mods.d " lunaloop run --hz 30 ""
-  expect_completion "game.lua mods.d " lunaloop run --trace ""
-  expect_completion "game.lua mods.d " lunaloop run game.lua ""
+  expect_completion "game.lua mods.d my level*.lua " lunaloop run --hz 30 ""
+  expect_completion "my level*.lua " lunaloop run my
+  expect_completion "game.lua mods.d my level*.lua " lunaloop run --trace ""
+  expect_completion "game.lua mods.d my level*.lua " lunaloop run game.lua ""
   expect_completion "" lunaloop run game.lua --f
   expect_completion "mods.d " lunaloop mods --memory 1m ""
   expect_completion "" lunaloop mods mods.d ""
