@@ -28,7 +28,7 @@ static const struct command {
 
 /* The one text of --help, for every command (`run --help` and `mods --help`
    print it too). The man page is generated from it by help2man
-   (cmake/man.cmake), so its layout follows help2man's rules: "Usage:" and
+   (cmake/docs.cmake), so its layout follows help2man's rules: "Usage:" and
    "or:" lines become the SYNOPSIS, a line ending in ':' over indented lines
    a subsection, and an indented word followed by two spaces a tagged item.
    The bash completion is generated from it too (cmake/completion.cmake): a

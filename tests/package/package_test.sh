@@ -97,6 +97,15 @@ options_of() {
   grep -oE -- '(^|[ ,])--?[a-z][-a-z]*' | sed -E 's/^[ ,]//' | sort -u
 }
 
+# The options that a --help text lists for the command $1: those under the
+# headings "Options of ...:" that name it.
+options_for() {
+  awk -v c="$1" '
+    /^Options of / { on = ($0 ~ (" " c "[,: ]")); next }
+    /^[^ ]/ { on = 0 }
+    on' | options_of
+}
+
 # The man page renders without a warning (groff -ww, and man itself), and
 # every option of --help and of mods --help is in it.
 case_man_page() {
@@ -116,6 +125,28 @@ case_man_page() {
   [ "$n" -ge 14 ] || fail "only $n options found in --help"
   for cmd in run repl mods; do
     grep -qE "lunaloop $cmd" <<<"$text" || fail "the page has no synopsis for $cmd"
+  done
+}
+
+# The help text, the one source of the man page and the completion, is true
+# to the parsers: every option a getopt table of src/cli declares is in
+# --help, and every option --help lists under a command is one that the
+# command takes (with a value when the help shows one: `CMD --opt 1 --help`
+# exits 0 where an unknown option would exit 2).
+case_help_matches_parsers() {
+  local help o cmd
+  help=$("$LUNALOOP" --help)
+  while read -r o; do
+    grep -qE -- "(^| )--$o( |,|$)" <<<"$help" || fail "--$o is parsed (src/cli) but not in --help"
+  done < <(grep -ohE '\{"[a-z][-a-z]*", (no|required|optional)_argument' "$SRC"/src/cli/*.c |
+    sed -E 's/^\{"([^"]*)".*/\1/' | sort -u)
+  for cmd in run repl mods; do
+    while read -r o; do
+      local value=()
+      grep -qE -- "^  (-h, )?$o [A-Z]" <<<"$help" && value=(1)
+      "$LUNALOOP" "$cmd" "$o" "${value[@]}" --help >/dev/null 2>"$TMP/err" ||
+        fail "--help lists $o for $cmd, but $cmd refuses it: $(cat "$TMP/err")"
+    done < <(options_for "$cmd" <<<"$help")
   done
 }
 
@@ -167,10 +198,7 @@ case_completion() {
   local cmd want got
   for cmd in run repl mods; do
     got=$(complete_words lunaloop "$cmd" - | tr ' ' '\n' | grep . | sort -u)
-    want=$("$LUNALOOP" --help | awk -v c="$cmd" '
-      /^Options of / { on = index($0, " " c) > 0 && ($0 ~ (" " c "[,: ]") ) ; next }
-      /^[^ ]/ { on = 0 }
-      on' | options_of)
+    want=$("$LUNALOOP" --help | options_for "$cmd")
     [ "$got" = "$want" ] || fail "$cmd: completion offers $(echo $got), --help lists $(echo $want)"
   done
 }
