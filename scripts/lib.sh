@@ -6,11 +6,12 @@
 LUNA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # The Debian packages a build and a full test run need.
-# help2man makes the man page; luarocks, lintian and bash-completion are
-# for tests/package and scripts/package (dpkg-dev, for dpkg-shlibdeps, comes
-# with build-essential).
+# help2man makes the man page, man-db reads it in tests/package; luarocks,
+# lintian, bash-completion and file (which CPack needs for dpkg-shlibdeps)
+# are for tests/package and scripts/package (dpkg-dev, for dpkg-shlibdeps,
+# comes with build-essential).
 LUNA_DEPS=(liblua5.4-dev lua5.4 libcmocka-dev cmake pkg-config build-essential libedit-dev libcjson-dev
-           help2man luarocks lintian bash-completion)
+           help2man man-db luarocks lintian bash-completion file)
 
 luna_say() { printf 'scripts/%s: %s\n' "${0##*/}" "$*" >&2; }
 luna_die() { luna_say "$*"; exit 1; }
