@@ -45,14 +45,19 @@ case_version_agrees() {
 }
 
 # The two rockspecs are what cmake/lunaloop.rockspec.in gives for this
-# version (so they differ only in version and source), and no rockspec of
-# another version lies around.
+# version (so they differ only in version and source), no rockspec of
+# another version lies around, and `luarocks lint` accepts them.
 case_rockspecs_current() {
   cmake -DVERSION="$VERSION" "-DDESCRIPTION=$(sed -n 's/^Description: //p' "$BUILD/lunaloop.pc")" \
     -DHOMEPAGE="$(sed -n 's/^set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "\(.*\)")$/\1/p' "$BUILD/CPackConfig.cmake")" \
     "-DLICENSE=$(sed -n 's/^set(LUNA_LICENSE "\(.*\)")$/\1/p' "$SRC/cmake/package.cmake")" \
     -DOUTPUT_DIR="$TMP" -DCHECK_DIR="$SRC" -P "$SRC/cmake/rockspecs.cmake" ||
     fail "the rockspecs are not current (above)"
+  if command -v luarocks >/dev/null; then
+    for spec in "$SRC/lunaloop-scm-1.rockspec" "$SRC/rockspecs/lunaloop-$VERSION-1.rockspec"; do
+      luarocks lint "$spec" || fail "luarocks lint $spec (above)"
+    done
+  fi
 }
 
 # `luarocks make` of the scm rockspec in a clean copy of the sources (what a
