@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* lua.h has no C++ guards of its own (lua.hpp adds them): include it with C
    linkage, so that a C++ host links against the C Lua library. */
@@ -86,6 +87,40 @@ LUNA_API bool luna_lua_exit_requested(lua_State *L, int *code);
    from a task it resumed) only gets the request: it unwinds at its next
    await, and is not counted. */
 LUNA_API size_t luna_lua_cancel_all(lua_State *L);
+
+/* True when L's tasks can no longer make progress, so a driver that goes
+   on running frames would wait for ever (docs/api.md, "Stuck runs"): at
+   least one task is alive, no task.on/task.every callback is registered,
+   the loop holds nothing that runs by itself (no queued continuation or
+   post, no timer, no runner item at any timing, so no delay, frame wait,
+   yield, deferred start or wait_until/wait_while predicate of any state
+   on the loop), and every live task of L waits on another task, a
+   combinator or a channel operation, or on a Promise that nobody but Lua
+   holds (one that the host or a worker holds may still be completed: that
+   is progress). Call it between frames, on the loop thread.
+   Allocates nothing in L and never raises; false for a NULL L or one
+   without a binding. */
+LUNA_API bool luna_lua_stuck(lua_State *L);
+
+/* Writes one line per live task of L to `out`, in creation order, each
+   starting with `indent` (may be NULL): "task NAME (#ID)" or "task #ID",
+   what it waits on ("waits on task worker (#2)", "waits on
+   channel:receive", "waits until 2.500 s on the scaled clock (Update)",
+   ...) and, for a task suspended in an await, " at
+   source:line" of that await in its code. Returns how many tasks were
+   written. Allocates nothing in L (so it may report a mod's state at its
+   memory cap) and never raises; 0 for a NULL L, a state without a binding
+   or a NULL `out`. Loop thread only, not while a frame runs. */
+LUNA_API size_t luna_lua_write_tasks(lua_State *L, FILE *out, const char *indent);
+
+/* The exit status of a run that ended stuck (`lunaloop run`, task.run). */
+#define LUNA_LUA_EXIT_STUCK 3
+
+/* The report of a stuck run, on `out`: "lunaloop: deadlock at frame N:
+   every task is asleep and nothing can wake one", then the tasks as
+   luna_lua_write_tasks writes them, indented by two spaces. stdout is
+   flushed first, so the report follows what the script printed. */
+LUNA_API void luna_lua_report_stuck(lua_State *L, FILE *out);
 
 /* ---- observing the binding (tracing, profilers) ------------------------------ */
 

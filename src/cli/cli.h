@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "lunaloop.h"
+#include "lunaloop_lua.h"
 
 /* Exit statuses of the program (DESIGN.md §5). task.exit(code) may give any
    other code. */
@@ -18,7 +19,7 @@ enum {
   LUNA_EXIT_OK = 0,          /* everything finished, no error reported */
   LUNA_EXIT_ERROR = 1,       /* a task error was reported */
   LUNA_EXIT_USAGE = 2,       /* usage error, or the script failed to load */
-  LUNA_EXIT_INTERRUPTED = 130 /* Ctrl-C: 128 + SIGINT, as shells report it */
+  LUNA_EXIT_STUCK = LUNA_LUA_EXIT_STUCK /* 3: no task could make progress any more */
 };
 
 /* The program name used in every message. */
@@ -152,18 +153,34 @@ luna_ns luna__pacer_wait(luna_pacer *p);
 luna_ns luna__pacer_remaining(const luna_pacer *p);
 luna_ns luna__pacer_tick(luna_pacer *p);
 
-/* ---- signals.c: Ctrl-C ---------------------------------------------------- */
+/* ---- signals.c: the signals that stop the program, and SIGQUIT ------------- */
 
-/* Installs the SIGINT handler: the first Ctrl-C sets the interrupted flag,
-   stops the Lua code running now (luna_lua_interrupt) and restores the
-   default action, so a second Ctrl-C kills the process at once. */
-void luna__signals_install(void);
+/* Installs the handlers of the stop signals: SIGTERM, SIGHUP and, when
+   with_sigint (run, mods; the REPL handles Ctrl-C itself), SIGINT. The
+   first one sets the interrupted flag, stops the Lua code running now
+   (luna_lua_interrupt) and restores the default action of all of them, so a
+   second one kills the process at once. SIGHUP stays ignored when it was
+   ignored at start (nohup). Also SIGQUIT
+   (Ctrl-\), which only asks for the report of luna__report_tasks. */
+void luna__signals_install(bool with_sigint);
 
-/* Restores the SIGINT action that was in place before install. */
+/* Restores the actions that were in place before install. */
 void luna__signals_restore(void);
 
-/* True once Ctrl-C was pressed. */
+/* True once a stop signal came. */
 bool luna__interrupted(void);
+
+/* 128 + the number of the stop signal that came (130 for Ctrl-C, 143 for
+   SIGTERM, 129 for SIGHUP), as shells report it; 0 when none came. */
+int luna__interrupt_status(void);
+
+/* True once after each SIGQUIT (it clears the request). */
+bool luna__quit_requested(void);
+
+/* Writes "lunaloop: <header>" and then one line per live task of L (what
+   it waits on, and where: luna_lua_write_tasks), or "no tasks", to out. */
+struct lua_State;
+void luna__report_tasks(struct lua_State *L, FILE *out, const char *header);
 
 /* ---- trace.c: --trace FILE, a Chrome trace event file ---------------------- */
 

@@ -145,24 +145,31 @@ static char *encode_line(const wchar_t *w, size_t n) {
 }
 
 /* Enter ends the line (libedit appends a newline to it); Ctrl-D on an
-   empty line makes libedit return the ^D alone. */
+   empty line makes libedit return the ^D alone.
+
+   In unbuffered mode el_wgets returns after every key with the line as it
+   is now, and NULL (a count of 0 or -1) whenever the line is empty: after
+   Backspace over its last character, Ctrl-U, Ctrl-W, Ctrl-K, Delete, or a
+   key that did nothing on an empty line, the same answer as for a read
+   that failed. So the end of input is found before libedit reads: the
+   caller calls this when poll says stdin is readable, and a terminal with
+   nothing to read then has hung up (or its read would fail); only that
+   and Ctrl-D end the input. */
 int luna__edit_key(char **line) {
   *line = NULL;
   if (!editing)
     return 0;
-  int n = 0;
-  errno = 0;
-  const wchar_t *w = el_wgets(el, &n);
-  if (w == NULL || n <= 0) {
-    /* Interrupted by a signal (Ctrl-C, a resize): still editing. The end
-       of input or a read error (the terminal hung up: EIO) ends the line
-       as Ctrl-D does; taking it as "still editing" made the REPL poll a
-       dead terminal in a busy loop. */
-    if (errno == EINTR || errno == EAGAIN)
-      return 0;
+  int avail = 0;
+  if (ioctl(STDIN_FILENO, FIONREAD, &avail) != 0 || avail <= 0) {
+    /* Taking this as "still editing" made the REPL poll a dead terminal
+       in a busy loop. */
     luna__edit_stop();
     return -1;
   }
+  int n = 0;
+  const wchar_t *w = el_wgets(el, &n);
+  if (w == NULL || n <= 0)
+    return 0; /* an empty line, or a signal cut the read short: still editing */
   bool eof = n == 1 && w[0] == ('D' & 0x1f);
   if (!eof && w[n - 1] != L'\n')
     return 0; /* still editing */

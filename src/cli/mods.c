@@ -115,7 +115,27 @@ static luna_ns virtual_realtime(void *ud) {
   return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
 }
 
-/* Drives frames until nothing is alive, --frames, or Ctrl-C. */
+/* Writes what every loaded mod's tasks wait on (SIGQUIT), mod by mod. A
+   mod with no pending work is normal here (it may wait for the bus, a
+   reload, another mod), so `mods` has no stuck-run check. */
+static void report_mods(luna_mods *set, luna_loop *loop) {
+  size_t i, n = luna_mods_count(set);
+  fflush(stdout);
+  fprintf(stderr, LUNA_PROGNAME ": tasks at frame %llu (SIGQUIT):\n",
+          (unsigned long long)luna_loop_frame_count(loop));
+  for (i = 0; i < n; i++) {
+    luna_mod_info info;
+    lua_State *L;
+    if (luna_mods_get_info(set, i, &info) != 0 || (L = luna_mods_state(set, info.name)) == NULL)
+      continue;
+    fprintf(stderr, "  mod %s:\n", info.name);
+    if (luna_lua_write_tasks(L, stderr, "    ") == 0)
+      fputs("    no tasks\n", stderr);
+  }
+  fflush(stderr);
+}
+
+/* Drives frames until nothing is alive, --frames, or a stop signal. */
 static bool drive(luna_mods *set, luna_loop *loop, const luna_run_options *o) {
   luna_pacer pacer;
   uint64_t frames = 0;
@@ -126,6 +146,8 @@ static bool drive(luna_mods *set, luna_loop *loop, const luna_run_options *o) {
     int rc;
     if (luna__interrupted() || !luna_mods_alive(set))
       return true;
+    if (luna__quit_requested())
+      report_mods(set, loop);
     if (o->has_frames && frames >= o->frames)
       return true;
     if (!o->fast && (dt = luna__pacer_wait(&pacer)) < 0)
@@ -199,7 +221,7 @@ int luna__cli_mods(int argc, char **argv, int first) {
     luna_loop_free(loop);
     return LUNA_EXIT_ERROR;
   }
-  luna__signals_install();
+  luna__signals_install(true);
   rc = luna_mods_load_dir(set, o.dir);
   if (rc < 0 && luna_mods_count(set) == 0) {
     const char *msg = luna_mods_last_error(set);
@@ -222,7 +244,7 @@ int luna__cli_mods(int argc, char **argv, int first) {
     summary(set, states);
     free(states);
     if (luna__interrupted())
-      status = LUNA_EXIT_INTERRUPTED;
+      status = luna__interrupt_status();
     else
       status = !ok || luna_mods_error_count(set) > 0 ? LUNA_EXIT_ERROR : LUNA_EXIT_OK;
   }

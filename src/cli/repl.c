@@ -24,7 +24,9 @@
 ** good), or clears the line; it never touches another task or callback,
 ** unless a second Ctrl-C comes while the same frame still runs (one stuck
 ** in a loop: see on_sigint). Ctrl-D, or :quit, cancels every task (their
-** to-be-closed variables run) and exits 0.
+** to-be-closed variables run) and exits 0. SIGTERM and SIGHUP (signals.c)
+** do the same, exiting 128 + the signal's number; a second one kills.
+** :waits, and SIGQUIT (Ctrl-\), list what every task waits on and where.
 */
 #include <errno.h>
 #include <math.h>
@@ -774,6 +776,8 @@ static const char help_text[] =
   "leaves the other tasks and callbacks alone; a second Ctrl-C interrupts\n"
   "a frame that does not end. Ctrl-D exits after cancelling every task.\n"
   "  :tasks             live tasks: id, name, status, wait, timing, due, age\n"
+  "  :waits             what each live task waits on, and the line it waits at\n"
+  "                     (also Ctrl-\\, on stderr)\n"
   "  :pause, :resume    stop and restart the frames\n"
   "  :step [N]          run N frames now (default 1), pausing first;\n"
   "                     Ctrl-C stops it after the current frame\n"
@@ -809,6 +813,17 @@ static bool parse_number(const char *s, double *out) {
 static void report_frame(const char *what) {
   out_printf(stdout, "%s at frame %llu\n", what,
              (unsigned long long)luna_loop_frame_count(R.loop));
+}
+
+/* The task report (luna__report_tasks) on f, between out_begin and out_end;
+   the header's %llu is the frame count. */
+static void report_tasks(FILE *f, const char *fmt) {
+  char header[64];
+  snprintf(header, sizeof header, fmt, (unsigned long long)luna_loop_frame_count(R.loop));
+  out_begin();
+  luna__report_tasks(R.L, f, header);
+  R.at_line_start = true;
+  out_end();
 }
 
 static void cmd_trace(char *arg) {
@@ -861,6 +876,8 @@ static void command(char *line) {
     if (lua_isstring(R.L, -1))
       out_printf(stdout, "%s\n", lua_tostring(R.L, -1));
     lua_pop(R.L, 1);
+  } else if (strcmp(cmd, "waits") == 0) {
+    report_tasks(stdout, "tasks at frame %llu:");
   } else if (strcmp(cmd, "pause") == 0) {
     R.paused = true;
     report_frame("paused");
@@ -879,7 +896,7 @@ static void command(char *line) {
     R.paused = true;
     long long done = 0;
     /* Ctrl-C stops the steps after the frame that runs (see on_sigint). */
-    while (done < count && !R.quit && !got_sigint) {
+    while (done < count && !R.quit && !got_sigint && !luna__interrupted()) {
       run_frame(R.opts.frame_dt_ns);
       done++;
     }
@@ -969,6 +986,16 @@ static void command(char *line) {
    pipe. `line` is the caller's, and may be changed. */
 static void handle_line(char *line) {
   if (line == NULL) {
+    /* Input that ends inside an unfinished chunk: its syntax error, as the
+       stock `lua` gives it (a replayed session then exits 1). */
+    if (R.pending != NULL) {
+      if (compile(R.pending, R.pending_len) != LUA_OK) {
+        out_printf(stderr, "%s\n", lua_tostring(R.L, -1));
+        R.syntax_errors++;
+      }
+      lua_pop(R.L, 1); /* the error, or the function */
+    }
+    drop_pending();
     R.quit = true;
     return;
   }
@@ -1144,6 +1171,13 @@ static void main_loop(void) {
   luna__pacer_start(&R.pacer, R.opts.frame_dt_ns);
   show_prompt();
   while (!R.quit) {
+    if (luna__interrupted()) { /* SIGTERM, SIGHUP: as Ctrl-D, with their status */
+      R.quit = true;
+      R.status = luna__interrupt_status();
+      break;
+    }
+    if (luna__quit_requested())
+      report_tasks(stderr, "tasks at frame %llu (SIGQUIT):");
     if (got_sigint)
       handle_sigint();
     if (got_sigwinch) {
@@ -1159,7 +1193,7 @@ static void main_loop(void) {
       if (next_plain_line())
         continue; /* one line at a time, checking the chunk in between */
       if (R.in_eof) {
-        R.quit = true; /* end of input: as Ctrl-D, with task.exit()'s status */
+        handle_line(NULL); /* end of input: as Ctrl-D, with task.exit()'s status */
         R.input_ended = true;
         break;
       }
@@ -1275,6 +1309,7 @@ int luna__cli_repl(int argc, char **argv, int first) {
            LUNA_VERSION_STRING, LUA_RELEASE);
   }
   install_signals();
+  luna__signals_install(false); /* SIGTERM, SIGHUP, SIGQUIT; Ctrl-C is ours */
   main_loop();
   hide_prompt();
   if (R.tty && !R.at_line_start)
@@ -1288,6 +1323,7 @@ int luna__cli_repl(int argc, char **argv, int first) {
   luna_lua_cancel_all(R.L);
   end_call();
   restore_signals();
+  luna__signals_restore();
   if (R.tty)
     luna__edit_close(R.history);
   free(R.history);

@@ -7,8 +7,11 @@
 **      are repeatable) and a Lua state attached to it;
 **   2. the main chunk starts as the task "main" before the first frame, so
 **      frame() is 0 there and it may await at top level;
-**   3. frames, each preceded by the stop checks: Ctrl-C, task.exit, nothing
-**      alive (no task and no task.on/every callback), --frames reached;
+**   3. frames, each preceded by the stop checks: a stop signal (Ctrl-C,
+**      SIGTERM, SIGHUP), task.exit, nothing alive (no task and no
+**      task.on/every callback), a stuck run (luna_lua_stuck: tasks alive
+**      and nothing that could wake one; reported), --frames reached; and by
+**      the report of SIGQUIT, when one came;
 **   4. the remaining tasks are cancelled in creation order (to-be-closed
 **      variables run), the state is closed and the loop freed.
 */
@@ -31,6 +34,7 @@ static luna_ns virtual_realtime(void *ud) {
 typedef enum stop_reason {
   STOP_FINISHED,  /* nothing alive, task.exit, or --frames reached */
   STOP_INTERRUPTED,
+  STOP_STUCK,     /* no task can make progress any more (reported) */
   STOP_FAILED     /* the loop refused a frame (a bug; reported) */
 } stop_reason;
 
@@ -38,6 +42,14 @@ typedef enum stop_reason {
    or periodic callback that will run again. */
 static bool anything_alive(lua_State *L) {
   return luna_lua_task_count(L) + luna_lua_callback_count(L) > 0;
+}
+
+/* Writes the task report to stderr under a header whose %llu is the frame
+   count. */
+static void report(lua_State *L, luna_loop *loop, const char *fmt) {
+  char header[128];
+  snprintf(header, sizeof header, fmt, (unsigned long long)luna_loop_frame_count(loop));
+  luna__report_tasks(L, stderr, header);
 }
 
 /* Drives frames until a stop condition holds. The checks come before every
@@ -54,6 +66,12 @@ static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *
       return STOP_INTERRUPTED;
     if (luna_lua_exit_requested(L, NULL) || !anything_alive(L))
       return STOP_FINISHED;
+    if (luna__quit_requested())
+      report(L, loop, "tasks at frame %llu (SIGQUIT):");
+    if (luna_lua_stuck(L)) {
+      luna_lua_report_stuck(L, stderr);
+      return STOP_STUCK;
+    }
     if (o->has_frames && frames >= o->frames)
       return STOP_FINISHED;
     luna_ns dt = o->frame_dt_ns;
@@ -76,14 +94,17 @@ static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *
   }
 }
 
-/* The exit status once every task was cancelled: task.exit's code when it
-   gave one, else 1 when any error was reported, else 0. */
+/* The exit status once every task was cancelled: 128 + the stop signal's
+   number after one, 3 for a stuck run, task.exit's code when it gave one,
+   else 1 when any error was reported, else 0. */
 static int exit_status(lua_State *L, stop_reason why) {
   int code = -1;
   if (why == STOP_INTERRUPTED || luna__interrupted())
-    return LUNA_EXIT_INTERRUPTED;
+    return luna__interrupt_status();
   if (why == STOP_FAILED)
     return LUNA_EXIT_ERROR;
+  if (why == STOP_STUCK)
+    return LUNA_EXIT_STUCK;
   if (luna_lua_exit_requested(L, &code) && code >= 0)
     return code;
   return luna_lua_error_count(L) > 0 ? LUNA_EXIT_ERROR : LUNA_EXIT_OK;
@@ -103,9 +124,10 @@ static int run_script(lua_State *L, luna_loop *loop, const luna_run_options *o,
       return LUNA_EXIT_USAGE;
     luna__trace_attach(trace, L);
   }
-  /* From here on Ctrl-C stops the script instead of the process, so even a
-     main chunk that never yields can be interrupted cleanly. */
-  luna__signals_install();
+  /* From here on Ctrl-C (or SIGTERM, SIGHUP) stops the script instead of
+     the process, so even a main chunk that never yields can be interrupted
+     cleanly. */
+  luna__signals_install(true);
   int rc = luna_lua_spawn(L, nargs, "main");
   luna_lua_interrupt_clear();
   stop_reason why = STOP_FAILED;

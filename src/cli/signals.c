@@ -1,10 +1,20 @@
 /*
-** signals.c: Ctrl-C for `lunaloop run`. The handler only does what is
-** async-signal-safe: it sets a flag, asks the binding to stop the Lua code
-** running now (a runaway `while true do end` never reaches a frame boundary
-** by itself), and restores the default action so that a second Ctrl-C
-** kills at once. The frame loop sees the flag, cancels every task (their
-** to-be-closed variables run) and exits with 130.
+** signals.c: the signals that stop `lunaloop run`, `repl` and `mods`
+** cleanly, and SIGQUIT's report.
+**
+** SIGINT (Ctrl-C), SIGTERM (what timeout, docker stop and systemd send) and
+** SIGHUP (the terminal went away) are one request: stop. The handler only
+** does what is async-signal-safe: it notes the first signal, asks the
+** binding to stop the Lua code running now (a runaway `while true do end`
+** never reaches a frame boundary by itself), and restores the default
+** action of all three, so that a second one kills at once. The frame loop
+** sees the request, cancels every task (their to-be-closed variables run),
+** closes the --trace file and exits with 128 + the signal's number, as
+** shells report a process killed by it.
+**
+** SIGQUIT (Ctrl-\) only sets a flag: the frame loop prints what every task
+** waits on, and where, between two frames, and goes on (the report of a
+** stuck run, on demand).
 */
 #include <errno.h>
 #include <signal.h>
@@ -13,36 +23,90 @@
 #include "cli.h"
 #include "lunaloop_lua.h"
 
-static volatile sig_atomic_t interrupted;
-static struct sigaction previous;
+/* The signals that stop the program; the REPL handles SIGINT itself. */
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+#define NSTOP (sizeof stop_signals / sizeof stop_signals[0])
 
-static void on_sigint(int sig) {
+static volatile sig_atomic_t stopped_by; /* the first stop signal, or 0 */
+static volatile sig_atomic_t quit_requested;
+static struct sigaction previous[NSTOP], previous_quit;
+static bool installed[NSTOP], quit_installed;
+
+static void on_stop(int sig) {
   int saved_errno = errno;
   struct sigaction dfl;
-  (void)sig;
-  interrupted = 1;
+  if (stopped_by == 0)
+    stopped_by = sig;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
-  sigaction(SIGINT, &dfl, NULL); /* the second Ctrl-C kills */
+  for (size_t i = 0; i < NSTOP; i++) /* the second one kills */
+    if (installed[i])
+      sigaction(stop_signals[i], &dfl, NULL);
   luna_lua_interrupt();
   errno = saved_errno;
 }
 
-void luna__signals_install(void) {
+static void on_quit(int sig) {
+  (void)sig;
+  quit_requested = 1;
+}
+
+/* Installs `handler` for sig. SIGHUP alone stays ignored when it was
+   ignored at start: a program started under nohup must outlive its
+   terminal (Go's runtime has the same rule). SIGINT and SIGQUIT, which a
+   shell without job control ignores in background jobs, are taken anyway,
+   since a signal sent to the process on purpose should do what it says. */
+static bool install(int sig, void (*handler)(int), struct sigaction *old) {
   struct sigaction sa;
+  if (sigaction(sig, NULL, old) != 0 || (sig == SIGHUP && old->sa_handler == SIG_IGN))
+    return false;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigint;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
-  /* No SA_RESTART: the pacer's sleep must return at once with EINTR. */
+  /* No SA_RESTART: the pacer's sleep and the REPL's poll must return at
+     once with EINTR. */
   sa.sa_flags = 0;
-  sigaction(SIGINT, &sa, &previous);
+  return sigaction(sig, &sa, NULL) == 0;
+}
+
+void luna__signals_install(bool with_sigint) {
+  for (size_t i = 0; i < NSTOP; i++)
+    installed[i] = (stop_signals[i] != SIGINT || with_sigint) &&
+                   install(stop_signals[i], on_stop, &previous[i]);
+  quit_installed = install(SIGQUIT, on_quit, &previous_quit);
 }
 
 void luna__signals_restore(void) {
-  sigaction(SIGINT, &previous, NULL);
+  for (size_t i = 0; i < NSTOP; i++)
+    if (installed[i])
+      sigaction(stop_signals[i], &previous[i], NULL);
+  if (quit_installed)
+    sigaction(SIGQUIT, &previous_quit, NULL);
+  for (size_t i = 0; i < NSTOP; i++)
+    installed[i] = false;
+  quit_installed = false;
 }
 
 bool luna__interrupted(void) {
-  return interrupted != 0;
+  return stopped_by != 0;
+}
+
+int luna__interrupt_status(void) {
+  return stopped_by != 0 ? 128 + stopped_by : LUNA_EXIT_OK;
+}
+
+bool luna__quit_requested(void) {
+  if (!quit_requested)
+    return false;
+  quit_requested = 0;
+  return true;
+}
+
+void luna__report_tasks(lua_State *L, FILE *out, const char *header) {
+  fflush(stdout);
+  fprintf(out, LUNA_PROGNAME ": %s\n", header);
+  if (luna_lua_write_tasks(L, out, "  ") == 0)
+    fputs("  no tasks\n", out);
+  fflush(out);
 }

@@ -479,6 +479,9 @@ void luna__check_cancelled(lua_State *L, luna__binding *b, bool before);
 void luna__open_await(lua_State *L, luna__binding *b);
 
 /* ---- internal.c: primitives for the Lua-side composition code ---------- */
+/* The chunk name of lua/lunaloop/compose.lua: where an await is, the
+   introspection skips its frames for the user's call into it. */
+#define LUNA__COMPOSE_CHUNK "=lunaloop/compose.lua"
 void luna__open_compose(lua_State *L);
 
 /* ---- introspect.c: task.list, task.stats, t:info ------------------------ */

@@ -24,10 +24,16 @@ static int l_check_await(lua_State *L) {
   return 0;
 }
 
-/* suspend(name) -> ...: suspends the calling task until wake(t, ...). */
+/* suspend(name) -> ...: suspends the calling task until wake(t, ...). The
+   name stays at index 1 of this call while it waits: the introspection
+   reads it there as what the task waits on (introspect.c). */
 static int l_suspend(lua_State *L) {
   luna__task *t = luna__check_await(L, luaL_optstring(L, 1, "task.await"));
-  lua_settop(L, 0);
+  if (lua_type(L, 1) != LUA_TSTRING) {
+    lua_settop(L, 0);
+    lua_pushliteral(L, "task.await");
+  }
+  lua_settop(L, 1);
   t->wait = LUNA__W_EXTERNAL;
   return luna__suspend(L, t);
 }
@@ -189,7 +195,7 @@ void luna__open_compose(lua_State *L) {
   lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
   if (luaL_loadbufferx(L, luna__compose_lua, luna__compose_lua_size,
-                       "=lunaloop/compose.lua", "t") != LUA_OK)
+                       LUNA__COMPOSE_CHUNK, "t") != LUA_OK)
     lua_error(L);
   lua_pushvalue(L, module);
   luaL_newlib(L, internal_funcs);

@@ -2,7 +2,17 @@
 ** introspect.c: seeing the scheduler from Lua: task.list(), task.stats()
 ** and t:info(). Read-only; none of these touches scheduling state.
 */
+#include <stdio.h>
+#include <string.h>
+
 #include "binding.h"
+#include "lunaloop_lua.h"
+#include "promise.h"
+
+/* The clock of each timer kind, as t:info().clock and the task report
+   name it (indexed by luna_timer_kind). */
+static const char *const timer_clocks[LUNA_TIMER_KIND_COUNT] = {"frame", "scaled", "unscaled",
+                                                                "realtime", "fixed"};
 
 const char *luna__wait_name(const luna__task *t) {
   static const char *const names[] = {NULL, "start", "yield", "timer",
@@ -62,6 +72,197 @@ void luna__note_creation(lua_State *L) {
   lua_pop(L, 1);
 }
 
+/* ---- where a task waits, and on what ------------------------------------ */
+
+/* Finds where task t waits: the innermost Lua function of its coroutine
+   that is not the module's own Lua code (compose.lua: there the position
+   is the user's call into it, as a combinator or channel operation), with
+   "Sl" of *ar filled. Only a coroutine suspended in an await has one;
+   false for a task that has not started or is running, and when every
+   frame is C. Reads the stack only: allocates nothing. */
+static bool await_frame(const luna__task *t, lua_Debug *ar) {
+  int level;
+  if (lua_status(t->co) != LUA_YIELD)
+    return false;
+  for (level = 0; lua_getstack(t->co, level, ar); level++) {
+    if (!lua_getinfo(t->co, "Sl", ar))
+      return false;
+    if (ar->currentline > 0 && strcmp(ar->source, LUNA__COMPOSE_CHUNK) != 0)
+      return true;
+  }
+  return false;
+}
+
+/* Pushes what t waits on in an external wait: the first value of the C
+   function that suspended it (its level 0), which is the Promise it awaits
+   (promise.c keeps it there) or the name a composition primitive suspended
+   with ("channel:receive", "task.when_all": internal.c keeps it there).
+   Pushes nil when it is neither. Returns true for a Promise. */
+static bool push_external(lua_State *L, const luna__task *t) {
+  lua_Debug ar;
+  if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_EXTERNAL &&
+      lua_getstack(t->co, 0, &ar) && lua_checkstack(t->co, 1) &&
+      lua_getlocal(t->co, &ar, 1) != NULL) {
+    lua_xmove(t->co, L, 1);
+    if (luna__is_promise(L, -1))
+      return true;
+    if (lua_type(L, -1) == LUA_TSTRING)
+      return false;
+    lua_pop(L, 1);
+  }
+  lua_pushnil(L);
+  return false;
+}
+
+/* True when t waits in a way that only another task's code can end: on a
+   task, in a composition call or channel operation, or on a Promise that
+   nothing but Lua holds (a Promise that a host or worker thread may still
+   complete is progress). Every other wait holds something of the loop (a
+   timer, a queued continuation, a runner item) that will wake it by
+   itself. */
+static bool waits_on_tasks(lua_State *L, const luna__task *t) {
+  bool stuck;
+  if (t->state != LUNA__SUSPENDED)
+    return false;
+  if (t->wait == LUNA__W_TASK)
+    return true;
+  if (t->wait != LUNA__W_EXTERNAL)
+    return false;
+  stuck = !push_external(L, t) || !luna__promise_may_settle(L, -1);
+  lua_pop(L, 1);
+  return stuck;
+}
+
+/* True when the loop holds nothing that will run by itself: no queued
+   continuation or post from another thread, no timer, no runner item, at
+   any timing. */
+static bool loop_idle(luna_loop *loop) {
+  luna_loop_stats st;
+  int i;
+  luna_loop_get_stats(loop, &st);
+  for (i = 0; i < LUNA_TIMING_COUNT; i++)
+    if (st.queued[i] > 0 || st.timers[i] > 0 || st.items[i] > 0)
+      return false;
+  return true;
+}
+
+LUNA_API bool luna_lua_stuck(lua_State *L) {
+  luna__binding *b = L != NULL ? luna__get_binding(L) : NULL;
+  bool stuck = true;
+  int slot, n;
+  if (b == NULL || b->loop == NULL || b->ntasks == 0 || b->nhandles > 0 ||
+      b->ready.count > 0 || b->ready_spill != NULL || b->cancels.count > 0 ||
+      !loop_idle(b->loop) || !lua_checkstack(L, 2))
+    return false;
+  n = luna__begin_walk(b);
+  for (slot = 1; slot <= n && stuck; slot++) {
+    luna__task *t = luna__walk_task(b, slot);
+    if (t != NULL && !LUNA__SETTLED(t) && !waits_on_tasks(L, t))
+      stuck = false;
+  }
+  luna__end_walk(b);
+  return stuck;
+}
+
+/* Writes "task NAME (#ID)", or "task #ID" for a task without a name; the
+   Task of t is on top of L (left there). */
+static void write_task_name(lua_State *L, FILE *out) {
+  luna__task *t = (luna__task *)lua_touserdata(L, -1);
+  if (luna__push_name(L, -1) == LUA_TSTRING)
+    fprintf(out, "task %s (#%llu)", lua_tostring(L, -1), (unsigned long long)t->id);
+  else
+    fprintf(out, "task #%llu", (unsigned long long)t->id);
+  lua_pop(L, 1);
+}
+
+/* Writes what t waits on, after "task ... ". */
+static void write_wait(lua_State *L, FILE *out, const luna__task *t) {
+  const char *timing = luna_timing_name(t->timing);
+  switch (t->state == LUNA__SUSPENDED ? t->wait : LUNA__W_NONE) {
+  case LUNA__W_YIELD:
+    fprintf(out, "waits on the next %s", timing);
+    return;
+  case LUNA__W_TIMER:
+    if (t->timer_kind == LUNA_TIMER_FRAME)
+      fprintf(out, "waits until frame %lld (%s)", (long long)t->on.timer.deadline, timing);
+    else
+      fprintf(out, "waits until %.3f s on the %s clock (%s)",
+              luna_ns_to_seconds(t->on.timer.deadline), timer_clocks[t->timer_kind], timing);
+    return;
+  case LUNA__W_PREDICATE:
+    fprintf(out, "waits on a %s predicate (%s)", t->until ? "wait_until" : "wait_while", timing);
+    return;
+  case LUNA__W_TASK:
+    fputs("waits on ", out);
+    luna__push_task(L, t->on.await.target);
+    if (lua_isnil(L, -1))
+      fputs("a task", out);
+    else
+      write_task_name(L, out);
+    lua_pop(L, 1);
+    return;
+  case LUNA__W_EXTERNAL:
+    if (push_external(L, t))
+      fputs(luna__promise_may_settle(L, -1) ? "waits on a promise"
+                                            : "waits on a promise that nothing can complete",
+            out);
+    else if (lua_isstring(L, -1))
+      fprintf(out, "waits on %s", lua_tostring(L, -1));
+    else
+      fputs("waits on something outside the scheduler", out);
+    lua_pop(L, 1);
+    return;
+  default:
+    break;
+  }
+  if (t->state == LUNA__PENDING)
+    fprintf(out, "has not started (%s)", timing);
+  else if (t->state == LUNA__READY)
+    fputs("is ready to run", out);
+  else
+    fputs("is running", out);
+}
+
+LUNA_API size_t luna_lua_write_tasks(lua_State *L, FILE *out, const char *indent) {
+  luna__binding *b = L != NULL ? luna__get_binding(L) : NULL;
+  size_t count = 0;
+  int slot, n, top;
+  if (b == NULL || out == NULL || !lua_checkstack(L, 4))
+    return 0;
+  top = lua_gettop(L);
+  n = luna__begin_walk(b);
+  for (slot = 1; slot <= n; slot++) {
+    luna__task *t = luna__walk_task(b, slot);
+    lua_Debug ar;
+    if (t == NULL || LUNA__SETTLED(t))
+      continue;
+    fputs(indent != NULL ? indent : "", out);
+    luna__push_task(L, t);
+    write_task_name(L, out);
+    lua_settop(L, top);
+    fputc(' ', out);
+    write_wait(L, out, t);
+    if (await_frame(t, &ar))
+      fprintf(out, " at %s:%d", ar.short_src, ar.currentline);
+    fputc('\n', out);
+    count++;
+  }
+  luna__end_walk(b);
+  lua_settop(L, top);
+  return count;
+}
+
+LUNA_API void luna_lua_report_stuck(lua_State *L, FILE *out) {
+  luna__binding *b = L != NULL ? luna__get_binding(L) : NULL;
+  if (b == NULL || b->loop == NULL || out == NULL)
+    return;
+  fflush(stdout);
+  fprintf(out, "lunaloop: deadlock at frame %llu: every task is asleep and nothing can wake one\n",
+          (unsigned long long)luna_loop_frame_count(b->loop));
+  luna_lua_write_tasks(L, out, "  ");
+  fflush(out);
+}
+
 static void set_int(lua_State *L, const char *key, lua_Integer v) {
   lua_pushinteger(L, v);
   lua_setfield(L, -2, key);
@@ -71,15 +272,17 @@ static void set_int(lua_State *L, const char *key, lua_Integer v) {
    "predicate", "task", "external", "ready" or nil), timing (name of the
    timing it waits at), deadline (a timer wait: seconds on its clock, or a
    frame number for frame waits) and clock ("frame", "scaled", ...),
-   created_frame and age (frames since creation), and traceback: where the
-   task was created, when task.debug{creation_traceback = true} was on then. */
+   waits_on (a task wait: the Task awaited; an external wait: the Promise
+   awaited, or the name of the composition call or channel operation,
+   "task.when_all", "channel:receive", ...), where ("source:line" of the
+   await in the task's code, for a task suspended in one), created_frame
+   and age (frames since creation), and traceback: where the task was
+   created, when task.debug{creation_traceback = true} was on then. */
 int luna__l_info(lua_State *L) {
-  static const char *const kinds[LUNA_TIMER_KIND_COUNT] = {"frame", "scaled", "unscaled",
-                                                          "realtime", "fixed"};
   luna__task *t = luna__check_task(L, 1);
   const char *wait = luna__wait_name(t);
   uint64_t frame = t->b->loop != NULL ? luna_loop_frame_count(t->b->loop) : 0;
-  lua_createtable(L, 0, 9);
+  lua_createtable(L, 0, 11);
   set_int(L, "id", (lua_Integer)t->id);
   luna__push_name(L, 1);
   lua_setfield(L, -2, "name");
@@ -101,8 +304,22 @@ int luna__l_info(lua_State *L) {
       lua_pushnumber(L, luna_ns_to_seconds(t->on.timer.deadline));
       lua_setfield(L, -2, "deadline");
     }
-    lua_pushstring(L, kinds[t->timer_kind]);
+    lua_pushstring(L, timer_clocks[t->timer_kind]);
     lua_setfield(L, -2, "clock");
+  }
+  if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_TASK) {
+    luna__push_task(L, t->on.await.target);
+    lua_setfield(L, -2, "waits_on");
+  } else if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_EXTERNAL) {
+    push_external(L, t);
+    lua_setfield(L, -2, "waits_on");
+  }
+  {
+    lua_Debug ar;
+    if (await_frame(t, &ar)) {
+      lua_pushfstring(L, "%s:%d", ar.short_src, ar.currentline);
+      lua_setfield(L, -2, "where");
+    }
   }
   set_int(L, "created_frame", (lua_Integer)t->created_frame);
   set_int(L, "age", frame >= t->created_frame ? (lua_Integer)(frame - t->created_frame) : 0);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "binding.h"
+#include "lunaloop_lua.h"
 
 static const char module_key = 'm';
 
@@ -256,8 +257,10 @@ static int opt_error(lua_State *L, const char *key, const char *expected) {
    then cancels what remains. opts.hz (default 60) sets the frame rate;
    opts.fast = true runs frames back to back with dt = 1/hz exactly and a
    realtime clock that follows it (repeatable), otherwise frames are paced in
-   real time with dt measured. The code is task.exit's, else 1 when an error
-   was reported, else 0. */
+   real time with dt measured. A run that can no longer make progress
+   (luna_lua_stuck) ends at once: what every task waits on goes to stderr,
+   as `lunaloop run` reports it. The code is 3 for such a run, else
+   task.exit's, else 1 when an error was reported, else 0. */
 static int l_run(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
   lua_Number hz = 60, frames = -1;
@@ -265,6 +268,7 @@ static int l_run(lua_State *L) {
   luna_ns period, last;
   uint64_t ran = 0;
   int code;
+  bool stuck = false;
   check_can_drive(L, b, "task.run");
   if (!lua_isnoneornil(L, 1)) {
     static const char *const known[] = {"hz", "frames", "fast", NULL};
@@ -290,6 +294,11 @@ static int l_run(lua_State *L) {
   while ((b->ntasks > 0 || b->nhandles > 0) && !b->exit_requested &&
          (frames < 0 || (lua_Number)ran < frames)) {
     luna_ns dt = period;
+    if (luna_lua_stuck(L)) {
+      luna_lua_report_stuck(L, stderr);
+      stuck = true;
+      break;
+    }
     if (!fast) {
       luna_ns now = now_monotonic(), next = last + period;
       if (next > now) {
@@ -306,7 +315,10 @@ static int l_run(lua_State *L) {
   }
   WITH_EXEC(b, L, luna__cancel_all(b));
   luna__remove_all_handles(b);
-  code = b->exit_requested && b->exit_code >= 0 ? b->exit_code : (b->errors > 0 ? 1 : 0);
+  if (stuck)
+    code = LUNA_LUA_EXIT_STUCK;
+  else
+    code = b->exit_requested && b->exit_code >= 0 ? b->exit_code : (b->errors > 0 ? 1 : 0);
   b->exit_requested = false;
   b->exit_code = -1;
   lua_pushinteger(L, code);

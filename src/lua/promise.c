@@ -480,6 +480,21 @@ bool luna__is_promise(lua_State *L, int idx) {
   return luaL_testudata(L, idx, LUNA__PROMISE_MT) != NULL;
 }
 
+bool luna__promise_may_settle(lua_State *L, int idx) {
+  luna__pud *pud = (luna__pud *)luaL_testudata(L, idx, LUNA__PROMISE_MT);
+  if (pud == NULL)
+    return false;
+  if (pud->status != P_PENDING)
+    return true;
+  if (pud->p == NULL)
+    return false; /* given up: nothing will deliver */
+  /* Acquire, as the completers' releases: a completion claimed is seen
+     with its post, whose reference keeps the count above 1 until it is
+     delivered on this thread. */
+  return atomic_load_explicit(&pud->p->refs, memory_order_acquire) > 1 ||
+         (atomic_load_explicit(&pud->p->state, memory_order_acquire) & ST_COMPLETED) != 0;
+}
+
 static luna__pud *check_pud(lua_State *L, int idx) {
   return (luna__pud *)luaL_checkudata(L, idx, LUNA__PROMISE_MT);
 }

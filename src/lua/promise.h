@@ -15,6 +15,13 @@
 /* True when the value at idx is a Promise. */
 bool luna__is_promise(lua_State *L, int idx);
 
+/* True when the Promise at idx may still settle: it has settled, or it is
+   pending and something besides its Lua side holds a reference (the host,
+   a worker thread, a completion posted and not yet delivered), so it may
+   be completed. False for a pending promise only Lua holds, which nothing
+   can ever complete, and for a value that is not a Promise. Loop thread. */
+bool luna__promise_may_settle(lua_State *L, int idx);
+
 /* task.await(p) for the Promise at idx (1 in practice: the await keeps the
    stack below it). `direct` is true for task.await: cancelling the last
    direct awaiter gives the promise up. Combinator watchers await with

@@ -9,7 +9,8 @@ CASE=$2
 S=$(cd "$(dirname "${BASH_SOURCE[0]}")/scripts" && pwd)
 OUT=$(mktemp)
 ERR=$(mktemp)
-trap 'rm -f "$OUT" "$ERR" "$OUT.2"' EXIT
+TMP=$(mktemp -d)
+trap 'rm -rf "$OUT" "$ERR" "$OUT.2" "$TMP"' EXIT
 
 # ll ARGS...: runs lunaloop with stdout and stderr captured in $OUT and $ERR
 # and its exit status in $status.
@@ -323,6 +324,165 @@ case_coroutines_as_stock_lua() {
   ll run "$S/coroutines.lua"
   expect_status 0
   diff -u <(lua5.4 "$S/coroutines.lua") "$OUT" >&2 || fail "not what lua5.4 prints"
+}
+
+# A stuck run: every task waits on another task or a channel and nothing
+# else can wake one. It used to spin for ever in silence; it is reported,
+# task by task with what each waits on and the line of its await, and
+# ends with status 3 after the usual cancellation (to-be-closed run).
+case_stuck_run_is_reported() {
+  ll run --fast "$S/stuck.lua"
+  expect_status 3
+  expect_stdout started "main closed${T}true"
+  diff -u <(printf '%s\n' \
+    'lunaloop: deadlock at frame 6: every task is asleep and nothing can wake one' \
+    "  task main (#1) waits on task #3 at $S/stuck.lua:21" \
+    "  task consumer (#2) waits on channel:receive at $S/stuck.lua:8" \
+    "  task #3 waits on task consumer (#2) at $S/stuck.lua:13") "$ERR" >&2 ||
+    fail "stderr is not the report"
+  # Paced in real time the same: idle frames are not progress.
+  ll run --hz 1000 "$S/stuck.lua"
+  expect_status 3
+  expect_err '^lunaloop: deadlock at frame [0-9]+: '
+}
+
+# The composition calls and channel operations are named as what a task
+# waits on, at the line of the user's call, not inside the module.
+case_stuck_in_composition_names_the_call() {
+  ll run --fast "$S/stuck_shapes.lua" scope
+  expect_status 3
+  expect_err "^  task main \(#1\) waits on task\.scope at .*stuck_shapes\.lua:7$"
+  expect_err "^  task #2 waits on channel:receive at .*stuck_shapes\.lua:9$"
+  ll run --fast "$S/stuck_shapes.lua" when_all
+  expect_status 3
+  expect_err "^  task main \(#1\) waits on task\.when_all at .*stuck_shapes\.lua:14$"
+  ll run --fast "$S/stuck_shapes.lua" send
+  expect_status 3
+  expect_err "^  task main \(#1\) waits on channel:send at .*stuck_shapes\.lua:22$"
+}
+
+# Waits that something other than a task can end (a delay, a predicate, a
+# callback, a frame wait) are progress: such runs end by themselves.
+case_runs_that_can_still_progress_are_not_stuck() {
+  local shape
+  for shape in delay predicate on every frames; do
+    ll run --fast "$S/not_stuck.lua" "$shape"
+    expect_status 0
+    expect_out "^by .*${T}true$"
+    [ ! -s "$ERR" ] || fail "$shape: something was reported"
+  done
+}
+
+# start_bg ARGS...: starts lunaloop in the background ($pid) and waits for
+# the line "started" on its stdout, which the scripts print once their
+# tasks are set up; finish_bg waits for it and sets $status.
+start_bg() {
+  "$LUNALOOP" "$@" >"$OUT" 2>"$ERR" </dev/null &
+  pid=$!
+  wait_line '^started$' "$OUT"
+}
+finish_bg() {
+  status=0
+  wait "$pid" || status=$?
+}
+# wait_line REGEX FILE: until a line of FILE matches (10 s at most).
+wait_line() {
+  local i
+  for i in $(seq 500); do
+    grep -qE -- "$1" "$2" && return 0
+    sleep 0.02
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  fail "no line matching /$1/ in $2 after 10 s"
+}
+# valid_json FILE
+valid_json() {
+  command -v python3 >/dev/null || fail "python3 is needed to check the trace"
+  python3 -m json.tool "$1" >/dev/null || fail "$1 is not valid JSON"
+}
+
+# SIGTERM (timeout, docker stop, systemd) and SIGHUP used to kill at once:
+# no to-be-closed variable ran and the --trace file was cut mid-array.
+# They stop the run as Ctrl-C does, with 128 + the signal's number.
+case_sigterm_and_sighup_stop_as_ctrl_c_does() {
+  local sig want
+  for sig in TERM HUP INT; do
+    case $sig in TERM) want=143 ;; HUP) want=129 ;; INT) want=130 ;; esac
+    start_bg run --trace "$TMP/trace.json" "$S/forever.lua"
+    kill -s "$sig" "$pid"
+    finish_bg
+    expect_status "$want"
+    expect_out '^main closed'
+    expect_out '^child closed'
+    valid_json "$TMP/trace.json"
+  done
+}
+
+# The first signal starts the cancellation; one that comes while it runs
+# kills at once, as a second Ctrl-C does (here a __close handler loops
+# where no interrupt reaches).
+case_a_second_stop_signal_kills() {
+  start_bg run "$S/close_loops_unstoppably.lua"
+  kill -s TERM "$pid"
+  wait_line '^closing$' "$OUT"
+  kill -s TERM "$pid"
+  finish_bg
+  expect_status 143
+  ! grep -q "after the loop" "$OUT" || fail "the second signal did not kill"
+}
+
+# SIGQUIT (Ctrl-\) prints what every task waits on, and where, and the run
+# goes on.
+case_sigquit_reports_the_tasks_and_goes_on() {
+  start_bg run "$S/forever.lua"
+  kill -s QUIT "$pid"
+  wait_line '^  task #2 ' "$ERR"
+  kill -s TERM "$pid"
+  finish_bg
+  expect_status 143
+  expect_err '^lunaloop: tasks at frame [0-9]+ \(SIGQUIT\):$'
+  expect_err "^  task main \(#1\) waits on the next Update at .*forever\.lua:14$"
+  expect_err "^  task #2 waits on the next Update at .*forever\.lua:10$"
+  expect_out '^main closed'
+}
+
+# The same signals in `mods`: SIGQUIT lists each mod's tasks, SIGTERM
+# cancels them (their to-be-closed variables run) and exits 143.
+case_mods_signals() {
+  mkdir -p "$TMP/m/a"
+  printf '%s\n' 'task.spawn(function()' \
+    '  local r <close> = setmetatable({}, {__close = function() print("a closed") end})' \
+    '  print("started")' \
+    '  task.delay(1000)' 'end)' >"$TMP/m/a/mod.lua"
+  "$LUNALOOP" mods "$TMP/m" >"$OUT" 2>"$ERR" </dev/null &
+  pid=$!
+  wait_line 'started$' "$OUT"
+  kill -s QUIT "$pid"
+  wait_line '^    task ' "$ERR"
+  kill -s TERM "$pid"
+  finish_bg
+  expect_status 143
+  expect_err '^  mod a:$'
+  expect_err "^    task .* waits until [0-9.]+ s on the scaled clock \(Update\) at a/mod\.lua:4$"
+  expect_out 'a closed$'
+}
+
+# `repl` with piped input: SIGTERM ends it as Ctrl-D does (every task
+# cancelled), with status 143.
+case_repl_sigterm() {
+  mkfifo "$TMP/in"
+  "$LUNALOOP" repl --trace "$TMP/trace.json" <"$TMP/in" >"$OUT" 2>"$ERR" &
+  pid=$!
+  exec 3>"$TMP/in"
+  printf '%s\n' 'task.spawn(function() local c <close> = setmetatable({}, {__close = function() print("closed") end}) task.delay(100) end)' \
+    'print("started")' >&3
+  wait_line '^started$' "$OUT"
+  kill -s TERM "$pid"
+  finish_bg
+  exec 3>&-
+  expect_status 143
+  expect_out '^closed$'
+  valid_json "$TMP/trace.json"
 }
 
 "case_$CASE"

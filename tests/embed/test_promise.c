@@ -11,6 +11,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -309,6 +311,45 @@ static void a_promise_never_completed_keeps_its_task_suspended(void **state) {
   assert_int_equal(luna__promise_live_count(), 0);
 }
 
+/* The stuck-run check (luna_lua_stuck): a task awaiting a promise that the
+   host holds can still be woken, so the state is not stuck even when every
+   other task awaits that one; once the host released its last reference
+   nothing can complete it, and the state is stuck. The report names the
+   wait either way. */
+static void a_promise_the_host_holds_is_progress_for_the_stuck_check(void **state) {
+  fixture *f = *state;
+  char buf[1024] = {0};
+  FILE *out;
+  run(f->L, "p = host.promise()\n"
+            "t = task.spawn(function() return task.await(p) end)\n"
+            "u = task.spawn(function() return task.await(t) end)\n"
+            "w = task.spawn(function() local r = task.when_all(p); return r end)\n"
+            "p = nil");
+  frame(f);
+  assert_false(luna_lua_stuck(f->L));
+  out = fmemopen(buf, sizeof buf - 1, "w");
+  assert_non_null(out);
+  assert_int_equal(luna_lua_write_tasks(f->L, out, "> "), 4);
+  fclose(out);
+#define CHUNK "[string \"p = host.promise()...\"]"
+  assert_string_equal(buf, "> task #1 waits on a promise at " CHUNK ":2\n"
+                           "> task #2 waits on task #1 at " CHUNK ":3\n"
+                           "> task #3 waits on task.when_all at " CHUNK ":4\n"
+                           "> task #4 waits on a promise\n");
+  assert_int_equal(luna_promise_release(slots[0]), 0);
+  slots[0] = NULL;
+  assert_true(luna_lua_stuck(f->L));
+  memset(buf, 0, sizeof buf);
+  out = fmemopen(buf, sizeof buf - 1, "w");
+  luna_lua_write_tasks(f->L, out, NULL);
+  fclose(out);
+  assert_non_null(strstr(buf, "task #1 waits on a promise that nothing can complete at " CHUNK ":2\n"));
+#undef CHUNK
+  run(f->L, "t:cancel(); u:cancel(); w:cancel()");
+  assert_int_equal(luna_lua_task_count(f->L), 0);
+  assert_false(luna_lua_stuck(f->L)); /* no task left */
+}
+
 /* luna_loop_reset gives up every pending promise of the state (awaited or
    not) after cancelling its tasks; completing afterwards is safe and
    nothing resumes. */
@@ -564,6 +605,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_promise_nobody_can_complete_is_collected, setup, teardown),
       cmocka_unit_test_setup_teardown(a_completion_in_flight_to_a_collected_promise, setup, teardown),
       cmocka_unit_test_setup_teardown(a_promise_never_completed_keeps_its_task_suspended, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_promise_the_host_holds_is_progress_for_the_stuck_check, setup, teardown),
       cmocka_unit_test_setup_teardown(completing_after_a_reset_does_nothing_to_lua, setup, teardown),
       cmocka_unit_test_setup_teardown(completing_after_the_state_closed_is_safe, setup, teardown),
       cmocka_unit_test_setup_teardown(freeing_the_loop_first_gives_promises_up, setup, teardown),

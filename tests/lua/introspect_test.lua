@@ -62,4 +62,30 @@ H.case("list_keeps_creation_order_when_ended_tasks_free_their_slots", function()
   H.eq(task.list(), {})
 end)
 
+H.case("info_says_what_a_task_waits_on_and_the_line_of_its_await", function()
+  -- t:info() named the kind of wait only: nothing said which task, call
+  -- or channel operation a task waited on, or where in its code, which is
+  -- what a stuck run needs reported.
+  local ch = task.channel()
+  local line = debug.getinfo(1, "l").currentline
+  local rx = task.spawn(function() local v = ch:receive(); return v end)
+  local aw = task.spawn(function() local v = task.await(rx); return v end)
+  local all = task.spawn(function() local v = task.when_all(rx); return v end)
+  local sl = task.spawn(function() task.delay(5); return 1 end)
+  local tail = task.spawn(function() return ch:receive() end)
+  H.frames(1)
+  local here = debug.getinfo(1, "S").short_src .. ":"
+  H.eq({rx:info().waits_on, rx:info().where}, {"channel:receive", here .. (line + 1)})
+  H.eq({aw:info().waits_on, aw:info().where}, {rx, here .. (line + 2)})
+  H.eq({all:info().waits_on, all:info().where}, {"task.when_all", here .. (line + 3)})
+  H.eq({sl:info().waits_on, sl:info().where}, {nil, here .. (line + 4)})
+  -- a tail call leaves no frame of the task's own code to point at
+  H.eq({tail:info().waits_on, tail:info().where}, {"channel:receive", nil})
+  local running
+  task.spawn(function() running = task.current():info() end)
+  H.eq({running.waits_on, running.where}, {nil, nil})
+  for _, t in ipairs(task.list()) do t:cancel() end
+  H.eq({rx:info().waits_on, rx:info().where}, {nil, nil})
+end)
+
 H.run()

@@ -74,6 +74,20 @@ check(not ok and err:find("frame failed: a clock would pass its limit", 1, true)
   "a frame past the clocks: " .. tostring(err))
 task.time_scale(1)
 
+-- task.run ends a stuck run at once, as lunaloop run does (the report goes
+-- to stderr): every task waits on another task or a channel and nothing
+-- else can wake one. It used to run frames for ever.
+local stuck_closed = false
+local ch = task.channel()
+local rx = task.spawn(function()
+  local r <close> = setmetatable({}, {__close = function() stuck_closed = true end})
+  local v = ch:receive()
+  return v
+end)
+task.spawn(function() local v = task.await(rx); return v end)
+check(task.run{fast = true} == 3, "a stuck run returns 3")
+check(stuck_closed and rx:status() == "cancelled", "the stuck tasks were cancelled")
+
 -- driving from inside a task is refused
 task.spawn(function()
   local ok, err = pcall(task.step)
