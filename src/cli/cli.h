@@ -236,8 +236,9 @@ bool luna__edit_editing(void);
    escape sequence counts as one key) and edits it into the line. Returns
    1 when Enter ended the line: *line is then the line without its newline,
    malloc'd, in the locale's encoding (NULL when memory is short); -1 for
-   Ctrl-D on an empty line (the end of input); 0 otherwise. After 1 or -1
-   the editing has stopped. */
+   Ctrl-D on an empty line, or a terminal with nothing to read (it hung
+   up): the end of input; 0 otherwise, also for an edit that leaves the
+   line empty. After 1 or -1 the editing has stopped. */
 int luna__edit_key(char **line);
 
 /* Erases the prompt and the line from the screen (the text is kept), so

@@ -2,7 +2,10 @@
 ** mods.c: `lunaloop mods [options] DIR` (issue #6, docs/modding.md): loads
 ** every mod in DIR in dependency order into a mod set on one loop, then
 ** drives frames like `run` until no mod has a task or callback alive (and no
-** message waits), --frames frames have run, or Ctrl-C. The set reloads mods
+** message waits), --frames frames have run, or a stop signal (Ctrl-C,
+** SIGTERM, SIGHUP: signals.c). There is no stuck-run check: a mod whose
+** tasks all wait is normal here (the bus, a reload or another mod may wake
+** them); SIGQUIT lists what they wait on. The set reloads mods
 ** whose files change, and disables those that keep overrunning their
 ** instruction budget or memory cap; a summary of every mod goes to stderr
 ** at the end, after every mod has been unloaded (so that errors raised while

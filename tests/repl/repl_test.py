@@ -841,6 +841,105 @@ def case_piped_input_runs_line_by_line():
     check(p.returncode == 0, "exit 0: %r %r" % (p.returncode, p.stderr))
     check(p.stdout == "first\nafter\ttrue\nno tasks\n3\n", "output: %r" % p.stdout)
 
+# The editing keys as a terminal sends them (TERM=vt100).
+BACKSPACE, DELETE = "\x7f", "\x1b[3~"
+LEFT, RIGHT, UP, DOWN = "\x1b[D", "\x1b[C", "\x1b[A", "\x1b[B"
+CTRL_A, CTRL_E, CTRL_K, CTRL_U, CTRL_W = "\x01", "\x05", "\x0b", "\x15", "\x17"
+
+
+def alive(s):
+    """True while the REPL has not exited."""
+    s.pump(0.1)
+    pid, _ = os.waitpid(s.pid, os.WNOHANG)
+    return pid == 0
+
+
+def case_edits_that_empty_the_line_keep_the_session():
+    """The REPL took every edit that left the line empty for the end of
+    input and exited 0, every task cancelled: libedit's unbuffered mode
+    returns no line whenever the line is empty. Only Ctrl-D on an empty
+    line ends the session; these edits, on the prompt and on a `>>`
+    continuation line, must not."""
+    s = start()
+    try:
+        enter(s, "task.spawn(function() task.delay(1000) end) &")
+        wait_prompt(s)
+        edits = [("x", BACKSPACE), ("", BACKSPACE), ("abc", CTRL_U), ("", CTRL_U),
+                 ("abc", CTRL_W), ("", CTRL_W), ("abc", CTRL_A + CTRL_K), ("", CTRL_K),
+                 ("x", LEFT + DELETE), ("", DELETE)]
+        for text, keys in edits:
+            s.type(text + keys)
+            check(alive(s), "the REPL exited after %r then %r" % (text, keys), s)
+            check(last_line(s.screen.text()) == ">", "an empty prompt after %r" % keys, s)
+        enter(s, "function f()")
+        wait_prompt(s, ">>")
+        for text, keys in edits:
+            s.type(text + keys)
+            check(alive(s), "the REPL exited on a >> line after %r then %r" % (text, keys), s)
+        enter(s, "return #task.list() end")
+        wait_prompt(s)
+        enter(s, "f()")
+        s.wait_for("\n2\n>", what="the background task (and this chunk) still alive")
+        s.type("\x04")
+        check(s.wait_exit() == 0, "Ctrl-D on an empty line still ends it", s)
+    finally:
+        s.close()
+
+
+def case_editing_keys_edit_the_line():
+    """Every editing key a person uses, and what the edited line gives:
+    Backspace, Delete, Ctrl-A/E/K/U/W, the arrows and the history."""
+    s = start()
+    try:
+        for keys, want in [("1+2" + BACKSPACE + "5", "6"),
+                           ("2*3" + CTRL_A + "1", "36"),
+                           ("10+" + CTRL_A + CTRL_E + "1", "11"),
+                           ("7+8" + LEFT + LEFT + DELETE + "-", "-1"),
+                           ("1+" + LEFT + "3" + RIGHT + "4", "17"),
+                           ("100 + 99" + CTRL_W + "1", "101"),
+                           ("1+1 junk" + LEFT * 5 + CTRL_K, "2"),
+                           ("garbage" + CTRL_U + "3*3", "9"),
+                           ("11*1", "11"),
+                           ("22*1", "22"),
+                           (UP + UP + DOWN, "22"),
+                           (UP + UP + UP, "11")]:
+            before = s.screen.text().count("\n" + want + "\n")
+            s.type(keys + "\r")
+            s.wait_for(lambda t: t.count("\n" + want + "\n") > before and last_line(t) == ">",
+                       what="%r to give %s" % (keys, want))
+    finally:
+        s.close()
+
+
+def case_waits_lists_what_each_task_waits_on():
+    """:waits prints what each live task waits on and the line of its
+    await (what SIGQUIT prints on stderr)."""
+    script = ("ch = task.channel()\n"
+              "rx = task.spawn(function() local v = ch:receive(); return v end) rx.name = 'rx'\n"
+              "aw = task.spawn(function() local v = task.await(rx); return v end)\n"
+              ":waits\n")
+    p = subprocess.run([LUNALOOP, "repl", "--fast"], input=script, capture_output=True,
+                       text=True, timeout=30)
+    lines = p.stdout.splitlines()
+    check(p.returncode == 0, "exit 0: %r" % p.stderr)
+    check(any(re.match(r"^lunaloop: tasks at frame \d+:$", l) for l in lines), "the header: %r" % lines)
+    check("  task rx (#3) waits on channel:receive at stdin:1" in lines, "rx: %r" % lines)
+    check("  task #5 waits on task rx (#3) at stdin:1" in lines, "aw: %r" % lines)
+
+
+def case_piped_input_ending_in_an_unfinished_chunk_fails():
+    """A replayed session that ended inside an unfinished chunk printed
+    nothing and exited 0; as `lua5.4 -`, it reports the chunk's syntax
+    error and exits 1 (what came before it ran)."""
+    for script in ["print(1\n", "print(0)\nprint(1\n", "function f()\n  return 1\n"]:
+        p = subprocess.run([LUNALOOP, "repl", "--fast"], input=script, capture_output=True,
+                           text=True, timeout=30)
+        check(p.returncode == 1, "exit 1 for %r, got %d" % (script, p.returncode))
+        check(re.search(r"^stdin:\d+: .* near <eof>$", p.stderr, re.M) is not None,
+              "the syntax error for %r: %r" % (script, p.stderr))
+        check(p.stdout == ("0\n" if script.startswith("print(0)") else ""),
+              "output for %r: %r" % (script, p.stdout))
+
 
 def main():
     global LUNALOOP
