@@ -48,6 +48,8 @@ function Task:cancel() end
 ---@field timing lunaloop.Timing?
 ---@field deadline number? seconds on its clock, or a frame number
 ---@field clock ("frame"|lunaloop.Clock)?
+---@field waits_on (lunaloop.Task|lunaloop.Promise|string)? the Task awaited, or in an external wait the Promise or the call's name ("task.when_all", "channel:receive", ...)
+---@field where string? "source:line" of the await the task is suspended in, in its own code
 ---@field created_frame integer
 ---@field age integer frames since creation
 ---@field traceback string? where it was created (task.debug{creation_traceback = true})

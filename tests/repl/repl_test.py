@@ -941,6 +941,25 @@ def case_piped_input_ending_in_an_unfinished_chunk_fails():
               "output for %r: %r" % (script, p.stdout))
 
 
+def case_ctrl_backslash_lists_the_tasks_and_keeps_the_line():
+    """Ctrl-\\ (SIGQUIT) dumped core; it prints what each task waits on,
+    above the line being typed, which stays as it was."""
+    s = start()
+    try:
+        enter(s, "task.spawn(function() task.delay(100) end) &")
+        wait_prompt(s)
+        s.type("1 +")
+        s.type("\x1c")
+        s.wait_for(re.compile(r"^  task #2 waits until [0-9.]+ s on the scaled clock \(Update\) at stdin:1$",
+                              re.M).search, what="the task list")
+        check(re.search(r"^lunaloop: tasks at frame \d+ \(SIGQUIT\):$", s.screen.text(), re.M) is not None,
+              "the header", s)
+        s.type(" 2\r")
+        s.wait_for("\n3\n>", what="the kept line to run")
+    finally:
+        s.close()
+
+
 def main():
     global LUNALOOP
     if len(sys.argv) != 3:
