@@ -219,6 +219,16 @@ typedef struct luna_loop_stats {
 /* Fills *out (see luna_loop_stats). */
 LUNA_API void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out);
 
+/* True when the loop holds nothing that will run by itself: no queued
+   continuation, no post (delivered or still in the inbox), no armed timer
+   and no runner item, at any timing. Frames of an idle loop call nothing.
+   (A driver uses it, with what it knows of its own waits, to tell a run
+   that can no longer make progress: luna_lua_stuck.) A post made by another
+   thread while this runs may or may not be seen: a producer that must be
+   counted holds something the driver can see (a promise's reference).
+   False for a NULL loop. O(LUNA_TIMING_COUNT * shards) loads. */
+LUNA_API bool luna_loop_idle(luna_loop *loop);
+
 /* Profiling: while on, each run of a timing reads the cost clock
    (luna_loop_set_cost_source) when it starts and when it ends and adds the
    difference to luna_loop_stats.spent_ns. Off by default; when off a run

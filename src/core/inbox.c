@@ -289,6 +289,20 @@ void luna__inbox_deliver(luna__inbox *in, const luna__alloc *a, int timing,
       pool_push_chain(in, (uint32_t)s, chain_first[s], chain_last[s]);
 }
 
+bool luna__inbox_empty(luna__inbox *in) {
+  int s, t;
+  for (t = 0; t < LUNA_TIMING_COUNT; t++) {
+    if (in->pending_head[t] != NULL)
+      return false;
+    /* Relaxed: only whether a stack is empty is read, as deliver's first
+       look does; a racing push is the caller's to order (see the header). */
+    for (s = 0; s < LUNA__INBOX_SHARDS; s++)
+      if (luna__ptr_load_relaxed(&in->shards[s].head[t]) != NULL)
+        return false;
+  }
+  return true;
+}
+
 size_t luna__inbox_pending(const luna__inbox *in, int timing) {
   size_t count = 0;
   const luna__node *n;

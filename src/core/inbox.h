@@ -42,6 +42,7 @@
 #ifndef LUNA_INBOX_H
 #define LUNA_INBOX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -130,6 +131,11 @@ int luna__inbox_post(luna__inbox *in, const luna__alloc *a, int timing,
    in per-producer order and recycles the nodes. Loop thread. */
 void luna__inbox_deliver(luna__inbox *in, const luna__alloc *a, int timing,
                          luna__queue *q);
+
+/* True when no post waits at any timing: none in a shard's stack, none
+   taken and not yet queued. Loop thread. A post pushed concurrently may or
+   may not be seen (one relaxed load per stack). */
+bool luna__inbox_empty(luna__inbox *in);
 
 /* Posts taken but not yet queued for `timing` (loop thread). */
 size_t luna__inbox_pending(const luna__inbox *in, int timing);

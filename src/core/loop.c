@@ -394,6 +394,17 @@ void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out) {
   out->posts_allocated = luna__u64_load_relaxed(&loop->inbox.allocated);
 }
 
+bool luna_loop_idle(luna_loop *loop) {
+  int t;
+  if (loop == NULL)
+    return false;
+  for (t = 0; t < LUNA_TIMING_COUNT; t++)
+    if (luna__queue_count(&loop->queues[t]) > 0 || luna__timers_count(&loop->timers, t) > 0 ||
+        luna__runner_count(&loop->runner, t) > 0)
+      return false;
+  return luna__inbox_empty(&loop->inbox);
+}
+
 /* ---- one-shot continuations --------------------------------------------- */
 
 int luna_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg) {

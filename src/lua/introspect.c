@@ -133,26 +133,13 @@ static bool waits_on_tasks(lua_State *L, const luna__task *t) {
   return stuck;
 }
 
-/* True when the loop holds nothing that will run by itself: no queued
-   continuation or post from another thread, no timer, no runner item, at
-   any timing. */
-static bool loop_idle(luna_loop *loop) {
-  luna_loop_stats st;
-  int i;
-  luna_loop_get_stats(loop, &st);
-  for (i = 0; i < LUNA_TIMING_COUNT; i++)
-    if (st.queued[i] > 0 || st.timers[i] > 0 || st.items[i] > 0)
-      return false;
-  return true;
-}
-
 LUNA_API bool luna_lua_stuck(lua_State *L) {
   luna__binding *b = L != NULL ? luna__get_binding(L) : NULL;
   bool stuck = true;
   int slot, n;
   if (b == NULL || b->loop == NULL || b->ntasks == 0 || b->nhandles > 0 ||
       b->ready.count > 0 || b->ready_spill != NULL || b->cancels.count > 0 ||
-      !loop_idle(b->loop) || !lua_checkstack(L, 2))
+      !luna_loop_idle(b->loop) || !lua_checkstack(L, 2))
     return false;
   n = luna__begin_walk(b);
   for (slot = 1; slot <= n && stuck; slot++) {

@@ -365,6 +365,37 @@ static void a_run_drains_posts_then_continuations_then_timers_then_items(void **
   ASSERT_LOG(1, 2, 3, 4);
 }
 
+/* luna_loop_idle: true only while nothing would run by itself. Each kind
+   of work (a continuation, a post still in the inbox, a timer, an item)
+   makes the loop busy until it has run or been removed; a frame of an idle
+   loop leaves it idle. */
+static void idle_is_true_only_while_nothing_is_queued_armed_or_posted(void **state) {
+  fixture *f = *state;
+  luna_timer_id timer;
+  luna_item_id item;
+  assert_false(luna_loop_idle(NULL));
+  assert_true(luna_loop_idle(f->loop));
+  assert_int_equal(luna_loop_frame(f->loop, 1.0 / 60), 0);
+  assert_true(luna_loop_idle(f->loop));
+  luna_enqueue(f->loop, LUNA_LAST_TIME_UPDATE, log_fn, I2P(1));
+  assert_false(luna_loop_idle(f->loop));
+  assert_int_equal(luna_loop_frame(f->loop, 1.0 / 60), 0);
+  assert_true(luna_loop_idle(f->loop));
+  luna_post(f->loop, LUNA_INITIALIZATION, log_fn, I2P(2)); /* in a shard's stack */
+  assert_false(luna_loop_idle(f->loop));
+  assert_int_equal(luna_loop_frame(f->loop, 1.0 / 60), 0);
+  assert_true(luna_loop_idle(f->loop));
+  luna_timer_add(f->loop, LUNA_UPDATE, LUNA_TIMER_FRAME, 1000, log_fn, I2P(3), &timer);
+  assert_false(luna_loop_idle(f->loop));
+  assert_int_equal(luna_timer_cancel(f->loop, timer), 0);
+  assert_true(luna_loop_idle(f->loop));
+  luna_item_add(f->loop, LUNA_FIXED_UPDATE, log_step, I2P(4), &item);
+  assert_false(luna_loop_idle(f->loop));
+  assert_int_equal(luna_item_remove(f->loop, item), 0);
+  assert_true(luna_loop_idle(f->loop));
+  ASSERT_LOG(1, 2);
+}
+
 /* ---- reset and listeners -------------------------------------------------- */
 
 static void listener(luna_loop *loop, luna_event ev, void *ud) {
@@ -544,6 +575,7 @@ int main(void) {
       T(stop_outside_a_run_does_nothing),
       T(stop_from_the_host_hook_skips_the_last_partner),
       T(a_run_drains_posts_then_continuations_then_timers_then_items),
+      T(idle_is_true_only_while_nothing_is_queued_armed_or_posted),
       T(reset_calls_listeners_first_then_drops_everything_but_posts),
       T(reset_from_a_callback_is_estate_and_changes_nothing),
       T(listeners_may_remove_themselves_and_are_removed_by_fn_and_ud),
