@@ -89,8 +89,18 @@ static const char usage_text[] =
   "  1     a task error was reported; for mods also a mod that failed to load\n"
   "        or was disabled\n"
   "  2     a usage error, or a script that fails to load\n"
-  "  130   Ctrl-C\n"
-  "  CODE  task.exit(CODE)\n";
+  "  3     run: the run was stuck (every task waits on a task or a channel and\n"
+  "        nothing else can wake one); what each task waits on is printed\n"
+  "  130   Ctrl-C (SIGINT)\n"
+  "  143   SIGTERM\n"
+  "  129   SIGHUP\n"
+  "  CODE  task.exit(CODE)\n"
+  "\n"
+  "Signals:\n"
+  "  SIGINT, SIGTERM, SIGHUP  cancel every task (to-be-closed variables run)\n"
+  "                           and exit; a second one kills at once\n"
+  "  SIGQUIT                  (Ctrl-\\) print what every task waits on, and\n"
+  "                           where; the run goes on\n";
 
 void luna__cli_usage(FILE *out) {
   fputs(usage_text, out);
