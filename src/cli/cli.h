@@ -177,10 +177,11 @@ int luna__interrupt_status(void);
 /* True once after each SIGQUIT (it clears the request). */
 bool luna__quit_requested(void);
 
-/* Writes "lunaloop: <header>" and then one line per live task of L (what
-   it waits on, and where: luna_lua_write_tasks), or "no tasks", to out. */
+/* Writes "lunaloop: tasks at frame N (<why>):" ("...frame N:" when why is
+   NULL) and then one line per live task of L (what it waits on, and
+   where: luna_lua_write_tasks), or "no tasks", to out. */
 struct lua_State;
-void luna__report_tasks(struct lua_State *L, FILE *out, const char *header);
+void luna__report_tasks(struct lua_State *L, FILE *out, const char *why);
 
 /* ---- trace.c: --trace FILE, a Chrome trace event file ---------------------- */
 

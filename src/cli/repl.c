@@ -815,13 +815,10 @@ static void report_frame(const char *what) {
              (unsigned long long)luna_loop_frame_count(R.loop));
 }
 
-/* The task report (luna__report_tasks) on f, between out_begin and out_end;
-   the header's %llu is the frame count. */
-static void report_tasks(FILE *f, const char *fmt) {
-  char header[64];
-  snprintf(header, sizeof header, fmt, (unsigned long long)luna_loop_frame_count(R.loop));
+/* The task report (luna__report_tasks) on f, between out_begin and out_end. */
+static void report_tasks(FILE *f, const char *why) {
   out_begin();
-  luna__report_tasks(R.L, f, header);
+  luna__report_tasks(R.L, f, why);
   R.at_line_start = true;
   out_end();
 }
@@ -877,7 +874,7 @@ static void command(char *line) {
       out_printf(stdout, "%s\n", lua_tostring(R.L, -1));
     lua_pop(R.L, 1);
   } else if (strcmp(cmd, "waits") == 0) {
-    report_tasks(stdout, "tasks at frame %llu:");
+    report_tasks(stdout, NULL);
   } else if (strcmp(cmd, "pause") == 0) {
     R.paused = true;
     report_frame("paused");
@@ -1177,7 +1174,7 @@ static void main_loop(void) {
       break;
     }
     if (luna__quit_requested())
-      report_tasks(stderr, "tasks at frame %llu (SIGQUIT):");
+      report_tasks(stderr, "SIGQUIT");
     if (got_sigint)
       handle_sigint();
     if (got_sigwinch) {

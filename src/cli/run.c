@@ -44,14 +44,6 @@ static bool anything_alive(lua_State *L) {
   return luna_lua_task_count(L) + luna_lua_callback_count(L) > 0;
 }
 
-/* Writes the task report to stderr under a header whose %llu is the frame
-   count. */
-static void report(lua_State *L, luna_loop *loop, const char *fmt) {
-  char header[128];
-  snprintf(header, sizeof header, fmt, (unsigned long long)luna_loop_frame_count(loop));
-  luna__report_tasks(L, stderr, header);
-}
-
 /* Drives frames until a stop condition holds. The checks come before every
    frame, including the first, so a script whose main chunk never awaits
    runs no frame at all. */
@@ -67,7 +59,7 @@ static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *
     if (luna_lua_exit_requested(L, NULL) || !anything_alive(L))
       return STOP_FINISHED;
     if (luna__quit_requested())
-      report(L, loop, "tasks at frame %llu (SIGQUIT):");
+      luna__report_tasks(L, stderr, "SIGQUIT");
     if (luna_lua_stuck(L)) {
       luna_lua_report_stuck(L, stderr);
       return STOP_STUCK;

@@ -103,9 +103,12 @@ bool luna__quit_requested(void) {
   return true;
 }
 
-void luna__report_tasks(lua_State *L, FILE *out, const char *header) {
+void luna__report_tasks(lua_State *L, FILE *out, const char *why) {
+  luna_loop *loop = luna_lua_loop(L);
   fflush(stdout);
-  fprintf(out, LUNA_PROGNAME ": %s\n", header);
+  fprintf(out, LUNA_PROGNAME ": tasks at frame %llu%s%s%s:\n",
+          (unsigned long long)(loop != NULL ? luna_loop_frame_count(loop) : 0),
+          why != NULL ? " (" : "", why != NULL ? why : "", why != NULL ? ")" : "");
   if (luna_lua_write_tasks(L, out, "  ") == 0)
     fputs("  no tasks\n", out);
   fflush(out);
