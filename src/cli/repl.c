@@ -1168,9 +1168,8 @@ static void main_loop(void) {
   luna__pacer_start(&R.pacer, R.opts.frame_dt_ns);
   show_prompt();
   while (!R.quit) {
-    if (luna__interrupted()) { /* SIGTERM, SIGHUP: as Ctrl-D, with their status */
+    if (luna__interrupted()) { /* SIGTERM, SIGHUP: as Ctrl-D (their status below) */
       R.quit = true;
-      R.status = luna__interrupt_status();
       break;
     }
     if (luna__quit_requested())
@@ -1319,6 +1318,10 @@ int luna__cli_repl(int argc, char **argv, int first) {
   calling = 1;
   luna_lua_cancel_all(R.L);
   end_call();
+  /* A stop signal, also one that came after the loop ended: a hang-up
+     wakes poll (POLLHUP, above) before its SIGHUP is delivered. */
+  if (luna__interrupted())
+    R.status = luna__interrupt_status();
   restore_signals();
   luna__signals_restore();
   if (R.tty)

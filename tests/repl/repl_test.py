@@ -287,6 +287,49 @@ def case_a_hung_up_terminal_ends_the_repl():
             pass
 
 
+def case_a_hang_up_ends_the_repl_as_sighup_does():
+    """The terminal goes away while SIGHUP is not ignored: the kernel sends
+    SIGHUP, which killed the REPL at once (its tasks' to-be-closed
+    variables never ran). It ends as Ctrl-D does, with status 129."""
+    import pty
+    import signal
+    marker = os.path.join(tempfile.mkdtemp(), "closed")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["LUNALOOP_HISTORY"] = ""
+        os.execv(LUNALOOP, [LUNALOOP, "repl"])
+    try:
+        seen = b""
+        deadline = time.time() + 10
+        while not seen.rstrip().endswith(b">") and time.time() < deadline:
+            seen += os.read(fd, 4096)
+        os.write(fd, ("task.spawn(function() local c <close> = setmetatable({}, {__close = "
+                      "function() io.open(%r, 'w'):close() end}) task.delay(100) end) &\r"
+                      % marker).encode())
+        while b"[1]" not in seen and time.time() < deadline:
+            seen += os.read(fd, 4096)
+        check(b"[1]" in seen, "the background task started, got %r" % seen[-80:])
+        os.close(fd)  # hang up
+        deadline = time.time() + 5
+        status = None
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the REPL still runs 5 s after the hang-up")
+        check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129,
+              "exit status 129, got %r" % status)
+        check(os.path.exists(marker), "the task's to-be-closed variable ran")
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
 def case_history_is_kept_in_a_file():
     d = tempfile.mkdtemp()
     hist = os.path.join(d, "history")
