@@ -250,15 +250,16 @@ def case_ctrl_d_exits_after_cancelling_every_task():
         s.close()
 
 
-def case_a_hung_up_terminal_ends_the_repl():
-    """The terminal goes away (its master side closed) while SIGHUP is
-    ignored, as under nohup: the REPL ends as on Ctrl-D instead of polling
-    a dead terminal in a busy loop."""
+def hang_up(ignore_sighup, line=None):
+    """Starts the REPL on a pty (SIGHUP ignored or not), types `line` (it
+    must print something), closes the pty's master side and returns the
+    REPL's wait status."""
     import pty
     import signal
     pid, fd = pty.fork()
     if pid == 0:
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        if ignore_sighup:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
         os.environ["LUNALOOP_HISTORY"] = ""
         os.execv(LUNALOOP, [LUNALOOP, "repl"])
     try:
@@ -267,67 +268,47 @@ def case_a_hung_up_terminal_ends_the_repl():
         while not seen.rstrip().endswith(b">") and time.time() < deadline:
             seen += os.read(fd, 4096)
         check(seen.rstrip().endswith(b">"), "the prompt, got %r" % seen[-80:])
+        if line is not None:
+            os.write(fd, (line + "\r").encode())
+            start = len(seen)
+            while not seen[start:].rstrip().endswith(b">") and time.time() < deadline:
+                seen += os.read(fd, 4096)
         os.close(fd)  # hang up
         deadline = time.time() + 5
-        status = None
         while time.time() < deadline:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                break
+                return status
             time.sleep(0.05)
-        else:
-            raise AssertionError("the REPL still runs 5 s after the hang-up")
-        check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
-              "exit status 0 as on Ctrl-D, got %r" % status)
+        raise AssertionError("the REPL still runs 5 s after the hang-up")
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+def case_a_hung_up_terminal_ends_the_repl():
+    """The terminal goes away (its master side closed) while SIGHUP is
+    ignored, as under nohup: the REPL ends as on Ctrl-D instead of polling
+    a dead terminal in a busy loop."""
+    status = hang_up(True)
+    check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
+          "exit status 0 as on Ctrl-D, got %r" % status)
 
 
 def case_a_hang_up_ends_the_repl_as_sighup_does():
     """The terminal goes away while SIGHUP is not ignored: the kernel sends
     SIGHUP, which killed the REPL at once (its tasks' to-be-closed
     variables never ran). It ends as Ctrl-D does, with status 129."""
-    import pty
-    import signal
     marker = os.path.join(tempfile.mkdtemp(), "closed")
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.environ["LUNALOOP_HISTORY"] = ""
-        os.execv(LUNALOOP, [LUNALOOP, "repl"])
-    try:
-        seen = b""
-        deadline = time.time() + 10
-        while not seen.rstrip().endswith(b">") and time.time() < deadline:
-            seen += os.read(fd, 4096)
-        os.write(fd, ("task.spawn(function() local c <close> = setmetatable({}, {__close = "
-                      "function() io.open(%r, 'w'):close() end}) task.delay(100) end) &\r"
-                      % marker).encode())
-        while b"[1]" not in seen and time.time() < deadline:
-            seen += os.read(fd, 4096)
-        check(b"[1]" in seen, "the background task started, got %r" % seen[-80:])
-        os.close(fd)  # hang up
-        deadline = time.time() + 5
-        status = None
-        while time.time() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("the REPL still runs 5 s after the hang-up")
-        check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129,
-              "exit status 129, got %r" % status)
-        check(os.path.exists(marker), "the task's to-be-closed variable ran")
-    finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+    status = hang_up(False, "task.spawn(function() local c <close> = setmetatable({}, {__close = "
+                            "function() io.open(%r, 'w'):close() end}) task.delay(100) end) &"
+                     % marker)
+    check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129,
+          "exit status 129, got %r" % status)
+    check(os.path.exists(marker), "the task's to-be-closed variable ran")
 
 
 def case_history_is_kept_in_a_file():
