@@ -8,7 +8,10 @@
 ** worst a manifest can do is fail. Every field is optional: name defaults
 ** to the folder's name, version to "0", depends to {}, load_order to 0.
 ** Unknown fields are errors (a misspelt "dependencies" must not silently
-** drop the dependencies). Names are 1-64 letters, digits, '_', '-', '.'.
+** drop the dependencies). Names and versions have small alphabets (below)
+** since reports and bus messages quote them. The file is read like every
+** file of a mod's folder (files.c): contained in the folder, never
+** blocking, a regular file of at most MANIFEST_SIZE bytes.
 */
 #include <errno.h>
 #include <stdio.h>
@@ -20,50 +23,7 @@
 #define MANIFEST_MEMORY (1024 * 1024)
 #define MANIFEST_INSTRUCTIONS 100000
 #define MAX_NAME 64
-
-char *luna__read_file(const char *path, size_t limit, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  char *buf = NULL;
-  size_t n = 0, cap = 0;
-  if (f == NULL)
-    return NULL;
-  for (;;) {
-    size_t got;
-    if (n + 4096 + 1 > cap) {
-      char *p;
-      cap = cap ? cap * 2 : 8192;
-      p = (char *)realloc(buf, cap);
-      if (p == NULL) {
-        free(buf);
-        fclose(f);
-        errno = ENOMEM;
-        return NULL;
-      }
-      buf = p;
-    }
-    got = fread(buf + n, 1, cap - n - 1, f);
-    n += got;
-    if (n > limit) {
-      free(buf);
-      fclose(f);
-      errno = EFBIG;
-      return NULL;
-    }
-    if (got == 0)
-      break;
-  }
-  if (ferror(f)) {
-    int e = errno;
-    free(buf);
-    fclose(f);
-    errno = e ? e : EIO;
-    return NULL;
-  }
-  fclose(f);
-  buf[n] = '\0';
-  *len = n;
-  return buf;
-}
+#define MANIFEST_SIZE (64 * 1024) /* bytes: a manifest is a few lines */
 
 typedef struct capped {
   size_t used;
@@ -92,16 +52,35 @@ static void stop_hook(lua_State *L, lua_Debug *ar) {
   luaL_error(L, "manifest.lua runs too long (more than %d instructions)", MANIFEST_INSTRUCTIONS);
 }
 
+/* Names: what the host puts in reports, in the sender of bus messages and
+   in the folder-like places hosts may use them (a save file per mod), so
+   only a small safe alphabet, and no path word: letters, digits, '_', '-'
+   and '.', starting with a letter, a digit or '_' (so "." and ".." are
+   refused, as is any name a shell would take for an option). "host" is
+   the sender of the host's own messages: no mod may pose as it. */
+static bool name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
 static bool valid_name(const char *s, size_t len) {
+  size_t i;
+  if (len == 0 || len > MAX_NAME || !name_char(s[0]) || (len == 4 && memcmp(s, "host", 4) == 0))
+    return false;
+  for (i = 1; i < len; i++)
+    if (!name_char(s[i]) && s[i] != '-' && s[i] != '.')
+      return false;
+  return true;
+}
+
+/* Versions: 1-64 letters, digits and '.', '-', '+', '_', '~' (what
+   semantic and Debian versions use): no spaces, no control characters. */
+static bool valid_version(const char *s, size_t len) {
   size_t i;
   if (len == 0 || len > MAX_NAME)
     return false;
-  for (i = 0; i < len; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '_' || c == '-' || c == '.'))
+  for (i = 0; i < len; i++)
+    if (!name_char(s[i]) && strchr(".-+~", s[i]) == NULL)
       return false;
-  }
   return true;
 }
 
@@ -134,16 +113,18 @@ static int check_table(lua_State *L) {
   if (lua_getfield(L, 1, "name") != LUA_TNIL) {
     s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
     if (s == NULL || !valid_name(s, len))
-      return luaL_error(L, "manifest.lua: name must be 1-%d letters, digits, '_', '-' or '.'",
-                        MAX_NAME);
+      return luaL_error(L, "manifest.lua: name must be 1-%d letters, digits, '_', '-' or '.', "
+                           "starting with a letter, a digit or '_', and not 'host'", MAX_NAME);
     free(man->name);
     man->name = dup_n(s, len);
   }
   if (lua_getfield(L, 1, "version") != LUA_TNIL) {
-    if (lua_type(L, -1) != LUA_TSTRING || (len = lua_rawlen(L, -1)) > 64)
-      return luaL_error(L, "manifest.lua: version must be a string of at most 64 bytes");
+    s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+    if (s == NULL || !valid_version(s, len))
+      return luaL_error(L, "manifest.lua: version must be 1-%d letters, digits, '.', '-', '+', "
+                           "'_' or '~'", MAX_NAME);
     free(man->version);
-    man->version = dup_n(lua_tostring(L, -1), len);
+    man->version = dup_n(s, len);
   }
   if (lua_getfield(L, 1, "load_order") != LUA_TNIL) {
     if (!lua_isinteger(L, -1))
@@ -182,9 +163,18 @@ void luna__manifest_free(luna__manifest *man) {
   memset(man, 0, sizeof *man);
 }
 
+/* True when the folder's name (`base`) may serve as the mod's name. */
+static bool folder_name_ok(const char *base, char *err, size_t errlen) {
+  if (valid_name(base, strlen(base)))
+    return true;
+  snprintf(err, errlen, "the folder name is not a valid mod name; add a manifest.lua with a "
+                        "name");
+  return false;
+}
+
 bool luna__manifest_read(const char *dir, luna__manifest *out, char *err, size_t errlen) {
-  char path[4096];
-  const char *base = strrchr(dir, '/');
+  const char *base = strrchr(dir, '/'), *why;
+  char shown[1100]; /* the folder's name escaped: 255 bytes, 4 for each at most */
   char *src;
   size_t len;
   capped c = {0};
@@ -192,23 +182,22 @@ bool luna__manifest_read(const char *dir, luna__manifest *out, char *err, size_t
   bool ok = false;
   memset(out, 0, sizeof *out);
   base = base != NULL ? base + 1 : dir;
-  out->name = dup_n(base, strlen(base));
+  /* The folder's name is the default name; as it is also the name reports
+     use when the manifest is bad, its control characters are escaped. */
+  luna__escape(shown, sizeof shown, base, strlen(base), 0, NULL);
+  out->name = dup_n(shown, strlen(shown));
   out->version = dup_n("0", 1);
   if (out->name == NULL || out->version == NULL) {
     snprintf(err, errlen, "not enough memory");
     goto done;
   }
-  snprintf(path, sizeof path, "%s/manifest.lua", dir);
-  src = luna__read_file(path, 64 * 1024, &len);
+  src = luna__read_in_folder(dir, "manifest.lua", MANIFEST_SIZE, &len, &why);
   if (src == NULL) {
     if (errno == ENOENT) { /* no manifest: the defaults */
-      ok = valid_name(out->name, strlen(out->name));
-      if (!ok)
-        snprintf(err, errlen, "the folder name is not a valid mod name; add a manifest.lua "
-                              "with a name");
+      ok = folder_name_ok(base, err, errlen);
       goto done;
     }
-    snprintf(err, errlen, "cannot read manifest.lua: %s", strerror(errno));
+    snprintf(err, errlen, "cannot read manifest.lua: %s", why);
     goto done;
   }
   L = lua_newstate(capped_alloc, &c);
@@ -231,8 +220,10 @@ bool luna__manifest_read(const char *dir, luna__manifest *out, char *err, size_t
       lua_pushlightuserdata(L, out);
       if (lua_pcall(L, 2, 0, 0) != LUA_OK)
         snprintf(err, errlen, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "error");
-      else
+      else if (strcmp(out->name, shown) != 0) /* its own name: checked above */
         ok = true;
+      else
+        ok = folder_name_ok(base, err, errlen);
     }
   }
   lua_close(L);

@@ -18,18 +18,25 @@ extern const char luna__on_load_key, luna__on_unload_key;
 
 /* ---- reports ------------------------------------------------------------------ */
 
+/* Every report passes here, so every mod-controlled string in one (error
+   messages, tracebacks, topics, folder names) is escaped here, once: a
+   mod cannot forge a report line or send a terminal escape (text.c). The
+   custom report function gets the escaped text too. */
 void luna__mods_report(luna_mods *set, const char *mod, const char *fmt, ...) {
-  char buf[4096];
+  char raw[4096], buf[4096], name[300];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  luna__escape(buf, sizeof buf, raw, strlen(raw), LUNA__ESC_KEEP_TRACEBACK, NULL);
+  if (mod != NULL)
+    luna__escape(name, sizeof name, mod, strlen(mod), 0, NULL);
   if (set->cfg.report != NULL) {
-    set->cfg.report(set->cfg.report_ud, mod, buf);
+    set->cfg.report(set->cfg.report_ud, mod != NULL ? name : NULL, buf);
   } else {
     fflush(stdout);
     if (mod != NULL)
-      fprintf(stderr, "lunaloop: mod '%s': %s\n", mod, buf);
+      fprintf(stderr, "lunaloop: mod '%s': %s\n", name, buf);
     else
       fprintf(stderr, "lunaloop: mods: %s\n", buf);
     fflush(stderr);
@@ -137,6 +144,7 @@ bool luna__mod_pcall(luna__mod *m, lua_CFunction f, void *ud, bool budget) {
     const char *msg = lua_tostring(L, -1);
     snprintf(m->last_error, sizeof m->last_error, "%s",
              msg != NULL ? msg : (st == LUA_ERRMEM ? "not enough memory" : "error"));
+    luna__escape_in_place(m->last_error, sizeof m->last_error, LUNA__ESC_KEEP_TRACEBACK);
   }
   lua_settop(L, base);
   m->set->busy--;

@@ -9,6 +9,8 @@
 **   bus.c      copying values between states, the bus, the `mods` module
 **   manifest.c reading manifest.lua in a throwaway, empty state
 **   watch.c    file signatures for hot reload
+**   files.c    reading a file of a mod's folder (contained, never blocking)
+**   text.c     escaping what a mod controls on its way to the host's output
 **
 ** Invariants:
 ** - A mod's lua_State is created, closed and replaced only when no Lua code
@@ -75,6 +77,11 @@ struct luna__mod {
   uint64_t signature;         /* of the files when last loaded or failed */
   bool waits_dependency;      /* failed for a dependency that is not loaded:
                                  tried again once it is (poll_files) */
+  bool waits_name;            /* failed for a name another mod claims: tried
+                                 again once none does (poll_files) */
+  bool named;                 /* its manifest was read: it claims man.name */
+  bool watch_over;            /* its folder is beyond the watcher's bounds
+                                 (reported when it first was) */
   /* carried state for on_load, serialized (bus.c format) */
   char *carry;
   size_t carry_len;
@@ -172,13 +179,34 @@ int luna__open_mods_module(lua_State *L);
    `err` set when it is malformed. */
 bool luna__manifest_read(const char *dir, luna__manifest *out, char *err, size_t errlen);
 void luna__manifest_free(luna__manifest *man);
-/* Reads a whole file into a malloc'ed, NUL-terminated buffer; NULL with
-   errno set on failure or when it exceeds `limit` bytes (EFBIG). */
-char *luna__read_file(const char *path, size_t limit, size_t *len);
+/* ---- files.c -------------------------------------------------------------- */
+/* Reads dir/rel (dir a realpath) into a malloc'ed, NUL-terminated buffer:
+   the resolved path must stay inside dir, the file is opened without
+   blocking and must be a regular file of at most `limit` bytes. NULL on
+   failure with errno set (ENOENT: there is no such file) and *why a static
+   reason. */
+char *luna__read_in_folder(const char *dir, const char *rel, size_t limit, size_t *len,
+                           const char **why);
+
+/* ---- text.c --------------------------------------------------------------- */
+#define LUNA__ESC_KEEP_TAB 1u       /* tabs pass (print's separator) */
+#define LUNA__ESC_KEEP_TRACEBACK 2u /* a newline before a tab or "stack traceback:" passes */
+/* Copies src[0..len) into dst (cap > 0 bytes, NUL-terminated) with the
+   control characters, C1 controls and invalid UTF-8 escaped (text.c says
+   how); stops before an escape or a character that would not fit. Returns
+   the bytes written (without the NUL); *used (may be NULL) gets the bytes
+   of src consumed. */
+size_t luna__escape(char *dst, size_t cap, const char *src, size_t len, unsigned flags,
+                    size_t *used);
+/* Escapes the NUL-terminated text in buf (cap bytes) in place. */
+void luna__escape_in_place(char *buf, size_t cap, unsigned flags);
 
 /* ---- watch.c -------------------------------------------------------------- */
 /* A signature of every regular file under dir (names, sizes, mtimes), 0 if
-   dir cannot be read. */
-uint64_t luna__watch_signature(const char *dir);
+   dir cannot be read. Symbolic links to folders are not followed; *over
+   (may be NULL) is set when the folder exceeds the walk's bounds (watch.c:
+   8 levels, 1024 folders, 4096 files, 16384 entries), past which the rest
+   is not watched. */
+uint64_t luna__watch_signature(const char *dir, bool *over);
 
 #endif

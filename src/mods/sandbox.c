@@ -14,7 +14,8 @@
 ** - no binary chunks: load, loadfile, dofile and require load text only;
 ** - files only from the mod's own folder: relative paths without "..",
 **   resolved with realpath and checked to stay inside the folder (so a
-**   symbolic link cannot lead out);
+**   symbolic link cannot lead out), regular files opened without blocking
+**   (files.c reads them, as it reads manifest.lua);
 ** - string.dump is removed from the state's string library, which is also
 **   the string metatable's __index;
 ** - no __gc metamethods (finalizers run with hooks off, so the budget could
@@ -29,12 +30,12 @@
 **   loop, its budgets and profiling belong to the host), time_scale
 **   read-only, and on_error's handler called by the set's own handler.
 */
-#define _XOPEN_SOURCE 700 /* realpath */
-#include <errno.h>
+#define _XOPEN_SOURCE 700 /* PATH_MAX */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "binding.h"
 #include "mods.h"
@@ -66,22 +67,17 @@ static bool safe_relative(const char *rel) {
 }
 
 void luna__sandbox_loadfile(lua_State *L, luna__mod *m, const char *rel, const char *what) {
-  char full[PATH_MAX], real[PATH_MAX], chunkname[256];
-  size_t dirlen = strlen(m->dir), len;
+  char chunkname[256];
+  const char *why;
+  size_t len;
   char *src;
   int st;
   if (!safe_relative(rel))
     luaL_error(L, "%s: '%s' is not a path inside the mod's folder "
                   "(relative, without '..')", what, rel);
-  if ((size_t)snprintf(full, sizeof full, "%s/%s", m->dir, rel) >= sizeof full)
-    luaL_error(L, "%s: path too long", what);
-  if (realpath(full, real) == NULL)
-    luaL_error(L, "%s: cannot open '%s': %s", what, rel, strerror(errno));
-  if (strncmp(real, m->dir, dirlen) != 0 || real[dirlen] != '/')
-    luaL_error(L, "%s: '%s' leads out of the mod's folder", what, rel);
-  src = luna__read_file(real, MAX_SOURCE, &len);
+  src = luna__read_in_folder(m->dir, rel, MAX_SOURCE, &len, &why);
   if (src == NULL)
-    luaL_error(L, "%s: cannot read '%s': %s", what, rel, strerror(errno));
+    luaL_error(L, "%s: cannot read '%s': %s", what, rel, why);
   snprintf(chunkname, sizeof chunkname, "@%s/%s", m->man.name, rel);
   st = luaL_loadbufferx(L, src, len, chunkname, "t");
   free(src);
@@ -136,16 +132,14 @@ static int l_dofile(lua_State *L) {
   return dofile_cont(L, 0, 0);
 }
 
-/* True when dir/rel can be opened for reading (a candidate file exists). */
+/* True when dir/rel names something (stat only: opening a FIFO could
+   block; luna__sandbox_loadfile then checks what it is). */
 static bool file_exists(const luna__mod *m, const char *rel) {
   char full[PATH_MAX];
-  FILE *f;
+  struct stat st;
   if ((size_t)snprintf(full, sizeof full, "%s/%s", m->dir, rel) >= sizeof full)
     return false;
-  f = fopen(full, "r");
-  if (f != NULL)
-    fclose(f);
-  return f != NULL;
+  return stat(full, &st) == 0;
 }
 
 /* require(name): preloaded modules (lunaloop, mods and the whitelisted
@@ -218,12 +212,15 @@ static int l_require(lua_State *L) {
 /* ---- print ------------------------------------------------------------------------------ */
 
 /* print(...): one line, values separated by tabs, through the set's print
-   function ("[name] line" on stdout by default). */
+   function ("[name] line" on stdout by default). The line is escaped
+   (text.c; tabs kept) into a buffer of the mod's own state, so neither a
+   terminal escape nor a forged line reaches the host's output, and a huge
+   line costs the mod's memory, not the host's. */
 static int l_print(lua_State *L) {
   luna__mod *m = luna__mod_of(L);
   int i, n = lua_gettop(L);
   luaL_Buffer b;
-  size_t len;
+  size_t len, done = 0;
   const char *line;
   luaL_buffinit(L, &b);
   for (i = 1; i <= n; i++) {
@@ -231,6 +228,15 @@ static int l_print(lua_State *L) {
       luaL_addchar(&b, '\t');
     luaL_tolstring(L, i, NULL);
     luaL_addvalue(&b);
+  }
+  luaL_pushresult(&b);
+  line = lua_tolstring(L, -1, &len);
+  luaL_buffinit(L, &b);
+  while (done < len) {
+    size_t used, room = len - done < 1024 ? 4 * (len - done) + 8 : 4096;
+    char *p = luaL_prepbuffsize(&b, room);
+    luaL_addsize(&b, luna__escape(p, room, line + done, len - done, LUNA__ESC_KEEP_TAB, &used));
+    done += used;
   }
   luaL_pushresult(&b);
   line = lua_tolstring(L, -1, &len);

@@ -27,6 +27,17 @@ static luna__mod *find_name(const luna_mods *set, const char *name) {
   return NULL;
 }
 
+/* A mod other than `except` that claims `name`: one whose manifest gave
+   it that name (a mod whose manifest failed claims none). */
+static luna__mod *find_claim(luna__mod **list, size_t n, const char *name,
+                             const luna__mod *except) {
+  size_t i;
+  for (i = 0; i < n; i++)
+    if (list[i] != except && list[i]->named && strcmp(list[i]->man.name, name) == 0)
+      return list[i];
+  return NULL;
+}
+
 static luna__mod *find_dir(const luna_mods *set, const char *dir) {
   size_t i;
   for (i = 0; i < set->nmods; i++)
@@ -78,12 +89,27 @@ static bool inside_mod(const luna_mods *set) {
   return false;
 }
 
+/* m's file signature; reports once that its folder is beyond the
+   watcher's bounds, when it first is. */
+static uint64_t signature(luna_mods *set, luna__mod *m) {
+  bool over;
+  uint64_t sig = luna__watch_signature(m->dir, &over);
+  if (over && !m->watch_over)
+    luna__mods_report(set, m->man.name,
+                      "its folder is larger than the watcher looks at (8 levels, 1024 "
+                      "folders, 4096 files, 16384 entries): changes past that are not seen");
+  m->watch_over = over;
+  return sig;
+}
+
 /* Marks m as failed with a message, reports it and counts it. */
 static void fail(luna_mods *set, luna__mod *m, const char *fmt, const char *a, const char *b) {
   m->state = LUNA_MOD_FAILED;
-  m->signature = luna__watch_signature(m->dir); /* tried again when they change */
+  m->signature = signature(set, m); /* tried again when they change */
   m->waits_dependency = false;
+  m->waits_name = false;
   snprintf(m->last_error, sizeof m->last_error, fmt, a, b);
+  luna__escape_in_place(m->last_error, sizeof m->last_error, LUNA__ESC_KEEP_TRACEBACK);
   if (set->last_error[0] == '\0')
     snprintf(set->last_error, sizeof set->last_error, "mod '%s': %s", m->man.name,
              m->last_error);
@@ -99,6 +125,19 @@ static void fail_dependency(luna_mods *set, luna__mod *m, const char *fmt, const
   m->waits_dependency = true;
 }
 
+/* fail() for a name another mod claims: m is tried again once no other
+   mod claims it, without a change of its own files. */
+static void fail_name(luna_mods *set, luna__mod *m, const luna__mod *other, size_t more) {
+  char also[64] = "", text[sizeof m->last_error];
+  if (more > 0)
+    snprintf(also, sizeof also, " (and %zu more)", more);
+  snprintf(text, sizeof text,
+           "the name '%s' is claimed by the mods in %s and in %s%s: rename all but one",
+           m->man.name, m->dir, other->dir, also);
+  fail(set, m, "%s%s", text, "");
+  m->waits_name = true;
+}
+
 /* The first dependency of m that is not loaded, or NULL. */
 static const char *missing_dependency(const luna_mods *set, const luna__mod *m) {
   size_t i;
@@ -112,7 +151,7 @@ static const char *missing_dependency(const luna_mods *set, const luna__mod *m) 
 
 /* Opens m's state; on failure reports it. m's dependencies are loaded. */
 static bool open_mod(luna_mods *set, luna__mod *m) {
-  m->signature = luna__watch_signature(m->dir);
+  m->signature = signature(set, m);
   if (luna__mod_open(m))
     return true;
   set->errors++;
@@ -129,13 +168,13 @@ static bool read_manifest(luna_mods *set, luna__mod *m) {
   char err[400];
   luna__mod *other;
   luna__manifest_free(&m->man);
-  if (!luna__manifest_read(m->dir, &m->man, err, sizeof err)) {
+  m->named = luna__manifest_read(m->dir, &m->man, err, sizeof err);
+  if (!m->named) {
     fail(set, m, "%s%s", err, "");
     return false;
   }
-  other = find_name(set, m->man.name);
-  if (other != NULL && other != m) {
-    fail(set, m, "the name '%s' is already used by the mod in %s", m->man.name, other->dir);
+  if ((other = find_claim(set->mods, set->nmods, m->man.name, m)) != NULL) {
+    fail_name(set, m, other, 0);
     return false;
   }
   return true;
@@ -183,11 +222,16 @@ static int poll_files(luna_mods *set) {
     uint64_t sig;
     if (m->state == LUNA_MOD_UNLOADED)
       continue;
-    sig = luna__watch_signature(m->dir);
+    sig = signature(set, m);
     if (sig == m->signature) {
       if (m->state == LUNA_MOD_FAILED && m->waits_dependency &&
           missing_dependency(set, m) == NULL) {
         luna__mods_report(set, m->man.name, "its dependencies are loaded now: reloading");
+        reload(set, m);
+        n++;
+      } else if (m->state == LUNA_MOD_FAILED && m->waits_name &&
+                 find_claim(set->mods, set->nmods, m->man.name, m) == NULL) {
+        luna__mods_report(set, m->man.name, "no other mod claims its name now: reloading");
         reload(set, m);
         n++;
       }
@@ -368,19 +412,28 @@ LUNA_API int luna_mods_load_dir(luna_mods *set, const char *dir) {
   }
   closedir(d);
 
-  /* Manifests; bad ones and duplicate names fail at once. */
+  /* Manifests; bad ones fail at once, and so does every mod that claims a
+     name another mod claims (all of them, so that the order in which the
+     folder lists them decides nothing). */
   for (i = 0; i < npend; i++) {
-    luna__mod *m = pend[i];
     char err[400];
-    luna__mod *other;
-    m->state = PENDING;
-    if (!luna__manifest_read(m->dir, &m->man, err, sizeof err)) {
-      fail(set, m, "%s%s", err, "");
-    } else if ((other = find_name(set, m->man.name)) != NULL ||
-               ((other = find_among(pend, i, m->man.name)) != NULL &&
-                other->state != LUNA_MOD_FAILED)) {
-      fail(set, m, "the name '%s' is also used by the mod in %s", m->man.name, other->dir);
-    }
+    pend[i]->state = PENDING;
+    pend[i]->named = luna__manifest_read(pend[i]->dir, &pend[i]->man, err, sizeof err);
+    if (!pend[i]->named)
+      fail(set, pend[i], "%s%s", err, "");
+  }
+  for (i = 0; i < npend; i++) {
+    luna__mod *m = pend[i], *other;
+    size_t k, more = 0;
+    if (!m->named)
+      continue;
+    if ((other = find_claim(set->mods, set->nmods, m->man.name, m)) == NULL &&
+        (other = find_claim(pend, npend, m->man.name, m)) != NULL)
+      for (k = 0; k < npend; k++)
+        more += pend[k] != m && pend[k] != other && pend[k]->named &&
+                strcmp(pend[k]->man.name, m->man.name) == 0;
+    if (other != NULL)
+      fail_name(set, m, other, more);
   }
   if (npend > 0)
     qsort(pend, npend, sizeof *pend, by_order);

@@ -4,8 +4,15 @@
 ** modification time (with nanoseconds where struct stat has them) of every
 ** regular file under its folder, in name order, so an edit, a new file, a
 ** removed or renamed one all change it. Dot-files (editor swap files, .git)
-** are ignored; at most MAX_DEPTH levels and MAX_FILES files are looked at,
-** so a huge folder costs a bounded amount per check.
+** are ignored.
+**
+** A mod's folder is a stranger's: the walk never follows a symbolic link
+** to a folder (a folder of k links to "." would be walked k^depth times),
+** a link to a file counts as that file, and it looks at no more than
+** MAX_DEPTH levels, MAX_DIRS folders, MAX_FILES files and MAX_ENTRIES
+** directory entries in all, so one check costs at most about MAX_ENTRIES
+** lstat calls whatever the folder holds. Past a bound the rest is not
+** watched and the walk says so (the set reports it once).
 */
 #include <dirent.h>
 #include <stdio.h>
@@ -16,11 +23,14 @@
 #include "mods.h"
 
 #define MAX_DEPTH 8
+#define MAX_DIRS 1024
 #define MAX_FILES 4096
+#define MAX_ENTRIES 16384
 
 typedef struct walk {
   uint64_t hash;
-  int files;
+  int files, dirs, entries;
+  bool over; /* a bound was reached: some of the folder is not watched */
 } walk;
 
 static void mix(walk *w, const void *data, size_t n) {
@@ -51,11 +61,21 @@ static void walk_dir(walk *w, const char *dir, int depth) {
   struct dirent *e;
   char **names = NULL;
   size_t n = 0, cap = 0, i;
-  if (depth > MAX_DEPTH || (d = opendir(dir)) == NULL)
+  if (depth > MAX_DEPTH || w->dirs >= MAX_DIRS) {
+    w->over = true;
+    return;
+  }
+  w->dirs++;
+  if ((d = opendir(dir)) == NULL)
     return;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.')
       continue;
+    if (w->entries >= MAX_ENTRIES) {
+      w->over = true;
+      break;
+    }
+    w->entries++;
     if (n == cap) {
       char **p;
       cap = cap ? cap * 2 : 16;
@@ -75,17 +95,28 @@ static void walk_dir(walk *w, const char *dir, int depth) {
   for (i = 0; i < n; i++) {
     char path[4096];
     struct stat st;
-    if (w->files < MAX_FILES &&
-        (size_t)snprintf(path, sizeof path, "%s/%s", dir, names[i]) < sizeof path &&
-        stat(path, &st) == 0) {
-      if (S_ISDIR(st.st_mode)) {
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, names[i]) < sizeof path &&
+        lstat(path, &st) == 0) {
+      bool link = S_ISLNK(st.st_mode), to_dir = false;
+      struct stat target;
+      if (link && stat(path, &target) == 0) { /* else a dangling link: its own stat */
+        to_dir = S_ISDIR(target.st_mode);
+        st = target;
+      }
+      if (S_ISDIR(st.st_mode) && !link) {
         walk_dir(w, path, depth + 1);
-      } else if (S_ISREG(st.st_mode)) {
+      } else if (to_dir) {
+        /* not followed */
+      } else if (S_ISREG(st.st_mode) || link) {
         long long size = (long long)st.st_size, t = mtime_ns(&st);
-        w->files++;
-        mix(w, path, strlen(path) + 1);
-        mix(w, &size, sizeof size);
-        mix(w, &t, sizeof t);
+        if (w->files >= MAX_FILES) {
+          w->over = true;
+        } else {
+          w->files++;
+          mix(w, path, strlen(path) + 1);
+          mix(w, &size, sizeof size);
+          mix(w, &t, sizeof t);
+        }
       }
     }
     free(names[i]);
@@ -93,8 +124,12 @@ static void walk_dir(walk *w, const char *dir, int depth) {
   free(names);
 }
 
-uint64_t luna__watch_signature(const char *dir) {
-  walk w = {UINT64_C(0xcbf29ce484222325), 0};
+uint64_t luna__watch_signature(const char *dir, bool *over) {
+  walk w;
+  memset(&w, 0, sizeof w);
+  w.hash = UINT64_C(0xcbf29ce484222325);
   walk_dir(&w, dir, 0);
+  if (over != NULL)
+    *over = w.over;
   return w.files == 0 ? 0 : w.hash;
 }

@@ -1,0 +1,113 @@
+/*
+** files.c: the one way the host reads a file of a mod's folder (its
+** manifest.lua, mod.lua, and what loadfile, dofile and require load).
+**
+** Every such file is
+** - named by a path relative to the folder, resolved with realpath and
+**   checked to stay inside the folder (a symbolic link may point elsewhere
+**   inside it, never out: manifest.lua -> /etc/shadow is refused before a
+**   byte is read, so no error message can quote such a file);
+** - opened with O_NONBLOCK and O_NOFOLLOW (the resolved path has no links
+**   left; a link swapped in after the check is refused) and O_NOCTTY, so
+**   a FIFO, a terminal or a device node can never block the host; and
+** - checked with fstat on the open descriptor to be a regular file before
+**   it is read, at most `limit` bytes.
+** A link to /dev/stdin leaves the folder and is refused by the first rule;
+** a FIFO inside the folder opens at once and is refused by the last.
+*/
+#define _XOPEN_SOURCE 700 /* realpath, O_NOFOLLOW */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mods.h"
+
+#ifndef O_CLOEXEC
+#define O_CLOEXEC 0
+#endif
+
+/* Sets *why to a static reason and errno to e; returns -1. */
+static int refuse(const char **why, const char *reason, int e) {
+  *why = reason;
+  errno = e;
+  return -1;
+}
+
+/* Opens dir/rel as described above; the descriptor, or -1 with errno set
+   and *why saying why (ENOENT: "no such file", nothing there at all). */
+static int open_in_folder(const char *dir, const char *rel, const char **why) {
+  char full[PATH_MAX], real[PATH_MAX];
+  size_t dirlen = strlen(dir);
+  struct stat st;
+  int fd;
+  if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, rel) >= sizeof full)
+    return refuse(why, "path too long", ENAMETOOLONG);
+  if (realpath(full, real) == NULL) {
+    int e = errno;
+    if (e == ENOENT && lstat(full, &st) == 0)
+      return refuse(why, "a symbolic link to nothing", EINVAL);
+    return refuse(why, strerror(e), e);
+  }
+  if (strncmp(real, dir, dirlen) != 0 || real[dirlen] != '/')
+    return refuse(why, "it leads out of the mod's folder", EACCES);
+  fd = open(real, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0)
+    return refuse(why, strerror(errno), errno);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return refuse(why, "not a regular file", EINVAL);
+  }
+  return fd;
+}
+
+char *luna__read_in_folder(const char *dir, const char *rel, size_t limit, size_t *len,
+                           const char **why) {
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  int fd = open_in_folder(dir, rel, why);
+  if (fd < 0)
+    return NULL;
+  for (;;) {
+    ssize_t got;
+    if (n + 4096 + 1 > cap) {
+      char *p;
+      cap = cap ? cap * 2 : 8192;
+      p = (char *)realloc(buf, cap);
+      if (p == NULL) {
+        free(buf);
+        close(fd);
+        refuse(why, "not enough memory", ENOMEM);
+        return NULL;
+      }
+      buf = p;
+    }
+    got = read(fd, buf + n, cap - n - 1);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0) {
+      int e = errno;
+      free(buf);
+      close(fd);
+      refuse(why, strerror(e), e);
+      return NULL;
+    }
+    n += (size_t)got;
+    if (n > limit) {
+      free(buf);
+      close(fd);
+      refuse(why, "the file is too large", EFBIG);
+      return NULL;
+    }
+    if (got == 0)
+      break;
+  }
+  close(fd);
+  buf[n] = '\0';
+  *len = n;
+  return buf;
+}
