@@ -88,6 +88,9 @@ typedef struct luna_mod_info {
   const char *dir;            /* the mod's folder, as resolved by realpath */
   luna_mod_state state;
   size_t memory;              /* bytes its state uses now (0 when not loaded) */
+  size_t host_memory;         /* bytes the host keeps for it now (its bus
+                                 messages waiting, its subscribed topics);
+                                 counted against memory_limit with `memory` */
   size_t memory_peak;         /* the most it ever used, over all its loads */
   size_t tasks;               /* tasks alive */
   size_t callbacks;           /* task.on / task.every callbacks registered */

@@ -22,7 +22,18 @@
 ** its own copy of the value and its own instruction budget; an error in it
 ** is reported like a failing callback and does not stop the others.
 ** Messages sent during a delivery wait for the next one.
+**
+** What a delivery costs: the receiving mods come from the topic index
+** (topics.c), so a message costs a hash lookup plus its subscribers,
+** whatever other subscriptions exist. A frame does at most LUNA__BUS_STEPS
+** steps (taking a message off the queue is one, visiting a subscription
+** another); the rest waits for the next frame, in order, from the very
+** subscription where it stopped, so a fan-out to more subscribers than
+** that spans frames and nothing is dropped. deliver_message is the one
+** place that calls into a receiving mod.
 */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,11 +41,10 @@
 #include "mods.h"
 
 #define MAX_DEPTH 100
-#define MAX_QUEUE 65536 /* messages waiting; a flood past this raises at the sender */
-/* Bytes waiting, as a multiple of the message limit (64 MiB by default):
-   the copies are the host's memory, outside every mod's cap, so a mod
-   sending big values in a loop would otherwise grow the host without
-   bound until the next delivery. */
+#define MAX_QUEUE 65536 /* messages of one sender waiting; past this its send raises */
+/* Bytes of one sender waiting, as a multiple of the message limit (64 MiB
+   by default): the host has no cap of its own, and a mod's waiting copies
+   also count against its cap. */
 #define MAX_QUEUE_MESSAGES_OF_LIMIT 64
 
 enum { T_NIL, T_FALSE, T_TRUE, T_INT, T_FLT, T_STR, T_TABLE };
@@ -42,6 +52,7 @@ enum { T_NIL, T_FALSE, T_TRUE, T_INT, T_FLT, T_STR, T_TABLE };
 const char luna__on_load_key = 'L';
 const char luna__on_unload_key = 'U';
 static const char subs_key = 's';
+static const char paused_key = 'p'; /* the array a paused delivery walks */
 #define SUB_MT "lunaloop.mods.Subscription"
 
 /* ---- serializing ------------------------------------------------------------------- */
@@ -271,24 +282,61 @@ void luna__copy_in(lua_State *L, const char *data, size_t len) {
   read_value(L, data);
 }
 
-/* ---- the queue --------------------------------------------------------------------------- */
+/* ---- topics -------------------------------------------------------------------------- */
 
-static char *dup(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *p = (char *)malloc(n);
-  if (p != NULL)
-    memcpy(p, s, n);
-  return p;
+/* Why `topic` cannot be a topic (a message to put after "mods.send: "), or
+   NULL. Topics are copied into host memory for every message and every
+   subscribed mod, so they are short; a NUL would cut the copy ("a\0b"
+   reached the subscribers of "a"), so it is refused rather than cut. */
+static const char *bad_topic(const char *topic, size_t len, char *buf, size_t buflen) {
+  const char *nul = (const char *)memchr(topic, '\0', len);
+  if (len > LUNA__MAX_TOPIC) {
+    snprintf(buf, buflen, "the topic is %zu bytes long (at most %d)", len, LUNA__MAX_TOPIC);
+    return buf;
+  }
+  if (nul != NULL) {
+    snprintf(buf, buflen, "the topic has a NUL byte (at byte %zu)", (size_t)(nul - topic) + 1);
+    return buf;
+  }
+  return NULL;
 }
 
-/* Why the bus cannot take `len` more bytes now (a message to raise or to
-   put in last_error), or NULL when it can. */
-static const char *bus_full(const luna_mods *set, size_t len) {
+/* The topic argument at index 1, checked (raises naming `fname`). */
+static const char *check_topic(lua_State *L, const char *fname, size_t *len) {
+  char buf[96];
+  const char *topic = luaL_checklstring(L, 1, len), *bad = bad_topic(topic, *len, buf, sizeof buf);
+  if (bad != NULL)
+    luaL_error(L, "%s: %s", fname, bad);
+  return topic;
+}
+
+/* ---- the queue --------------------------------------------------------------------------- */
+
+/* The queue is a ring of messages in the order they were sent, shared by
+   every sender, but each sender (each mod, and the host) has its own
+   share: at most MAX_QUEUE messages and MAX_QUEUE_MESSAGES_OF_LIMIT times
+   message_limit bytes of its own may wait, so one mod's flood fills only
+   its own share and every other sender's posts still succeed. A mod's
+   waiting messages (their copies, topics, sender names and ring slots)
+   are also charged to its memory cap (luna__mod_charge) until they are
+   delivered. */
+
+/* The bytes one message costs the host: its value, its topic and sender
+   name, and two ring slots (the ring at most doubles past its use). */
+static size_t message_charge(size_t topic_len, size_t from_len, size_t len) {
+  return 2 * sizeof(luna__message) + topic_len + 1 + from_len + 1 + len;
+}
+
+/* Why `sender` (NULL: the host) cannot post `len` more bytes now (a static
+   message to raise or to put in last_error), or NULL when it can. */
+static const char *bus_full(const luna_mods *set, const luna__mod *sender, size_t len) {
   size_t max_bytes = set->cfg.message_limit * MAX_QUEUE_MESSAGES_OF_LIMIT;
-  if (set->nqueue >= MAX_QUEUE)
-    return "the bus is full (65536 messages waiting)";
-  if (len > max_bytes || set->queue_bytes > max_bytes - len)
-    return "the bus is full (64 times the message limit in bytes waiting)";
+  size_t queued = sender != NULL ? sender->queued : set->host_queued;
+  size_t bytes = sender != NULL ? sender->queued_bytes : set->host_queued_bytes;
+  if (queued >= MAX_QUEUE)
+    return "the bus is full (65536 messages of this sender waiting)";
+  if (len > max_bytes || bytes > max_bytes - len)
+    return "the bus is full (64 times the message limit in bytes of this sender waiting)";
   return NULL;
 }
 
@@ -299,97 +347,164 @@ static int refuse_post(char *data, const char **why, const char *reason) {
   return LUNA_ENOMEM;
 }
 
-int luna__bus_post(luna_mods *set, const char *topic, const char *from, char *data, size_t len,
-                   const char **why) {
+/* Makes room for one more message at the ring's tail (the ring is then
+   one run from slot 0). */
+static bool ring_grow(luna_mods *set) {
+  size_t cap = set->capqueue ? set->capqueue * 2 : 16, i;
+  luna__message *q = (luna__message *)malloc(cap * sizeof *q);
+  if (q == NULL)
+    return false;
+  for (i = 0; i < set->nqueue; i++)
+    q[i] = set->queue[(set->qhead + i) % set->capqueue];
+  free(set->queue);
+  set->queue = q;
+  set->capqueue = cap;
+  set->qhead = 0;
+  return true;
+}
+
+int luna__bus_post(luna_mods *set, luna__mod *sender, const char *topic, size_t topic_len,
+                   char *data, size_t len, const char **why) {
   luna__message *msg;
-  const char *full = bus_full(set, len);
+  const char *from = sender != NULL ? sender->man.name : "host";
+  size_t from_len = strlen(from), charge = message_charge(topic_len, from_len, len);
+  const char *full = bus_full(set, sender, len);
+  char *block;
   if (full != NULL)
     return refuse_post(data, why, full);
-  if (set->nqueue == set->capqueue) {
-    size_t cap = set->capqueue ? set->capqueue * 2 : 16;
-    luna__message *q = (luna__message *)realloc(set->queue, cap * sizeof *q);
-    if (q == NULL)
-      return refuse_post(data, why, "out of memory");
-    set->queue = q;
-    set->capqueue = cap;
-  }
-  msg = &set->queue[set->nqueue];
-  msg->topic = dup(topic);
-  msg->from = dup(from);
-  msg->data = data;
-  msg->len = len;
-  if (msg->topic == NULL || msg->from == NULL) {
-    free(msg->topic);
-    free(msg->from);
+  if (set->nqueue == set->capqueue && !ring_grow(set))
+    return refuse_post(data, why, "out of memory");
+  if (sender != NULL && !luna__mod_charge(sender, charge))
+    return refuse_post(data, why, "not enough memory (the mod's memory cap also counts its "
+                                  "messages waiting on the bus)");
+  block = (char *)malloc(topic_len + 1 + from_len + 1);
+  if (block == NULL) {
+    if (sender != NULL)
+      luna__mod_uncharge(sender, charge);
     return refuse_post(data, why, "out of memory");
   }
+  memcpy(block, topic, topic_len);
+  block[topic_len] = '\0';
+  memcpy(block + topic_len + 1, from, from_len + 1);
+  msg = &set->queue[(set->qhead + set->nqueue) % set->capqueue];
+  msg->sender = sender;
+  msg->topic = block;
+  msg->topic_len = topic_len;
+  msg->from = block + topic_len + 1;
+  msg->data = data;
+  msg->len = len;
+  msg->charge = charge;
   set->nqueue++;
-  set->queue_bytes += len;
+  if (sender != NULL) {
+    sender->queued++;
+    sender->queued_bytes += len;
+  } else {
+    set->host_queued++;
+    set->host_queued_bytes += len;
+  }
   return 0;
 }
 
-static void free_message(luna__message *msg) {
-  free(msg->topic);
-  free(msg->from);
+/* Frees a message taken off the queue and gives its sender's share and
+   charge back. */
+static void release(luna_mods *set, luna__message *msg) {
+  if (msg->sender != NULL) {
+    msg->sender->queued--;
+    msg->sender->queued_bytes -= msg->len;
+    luna__mod_uncharge(msg->sender, msg->charge);
+  } else {
+    set->host_queued--;
+    set->host_queued_bytes -= msg->len;
+  }
+  free(msg->topic); /* and the sender's name, in the same block */
   free(msg->data);
 }
 
 void luna__bus_clear(luna_mods *set) {
-  size_t i;
-  for (i = 0; i < set->nqueue; i++)
-    free_message(&set->queue[i]);
+  while (set->nqueue > 0) {
+    release(set, &set->queue[set->qhead]);
+    set->qhead = (set->qhead + 1) % set->capqueue;
+    set->nqueue--;
+  }
   free(set->queue);
   set->queue = NULL;
-  set->nqueue = set->capqueue = 0;
-  set->queue_bytes = 0;
+  set->qhead = set->capqueue = 0;
+  set->cursor.active = false;
+  free(set->match);
+  set->match = NULL;
+  set->capmatch = 0;
 }
 
-/* Subscriptions: full userdata, uservalue 1 the topic, 2 the function. */
+/* ---- delivery ----------------------------------------------------------------------------- */
+
+/* Subscriptions: full userdata, uservalue 1 the topic, 2 the function. In
+   the mod's registry, subs_key holds a table from each topic to the array
+   of its subscriptions in the order they were made. Removing one only
+   marks it (an array is never changed under a delivery that walks it);
+   subscribing replaces an array that is more than half removed ones by a
+   compacted copy, and the last removal drops the topic's array, so an
+   array holds at most about twice the live subscriptions. */
 typedef struct sub {
   bool active;
 } sub;
 
-/* Protected, in the receiving mod's state: calls each of its subscribers of
-   the message's topic, each in its own budget context. */
+/* What one delivery of a message to one mod needs, and where it stopped
+   when the frame's bound was reached. */
+typedef struct deliver_ctx {
+  const luna__message *msg;
+  bool resume;          /* go on with the array kept at paused_key */
+  lua_Integer pos, n;   /* subscriptions visited so far, of the n it had */
+  size_t *steps;        /* the frame's delivery steps */
+  bool paused;          /* out: the bound was reached; pos, n say where */
+} deliver_ctx;
+
+/* Protected, in the receiving mod's state: calls each of its subscribers
+   of the message's topic, each in its own budget context, until the
+   frame's steps run out (then the array and the place are kept). */
 static int deliver_one(lua_State *L) {
-  const luna__message *msg = (const luna__message *)lua_touserdata(L, 1);
+  deliver_ctx *c = (deliver_ctx *)lua_touserdata(L, 1);
+  const luna__message *msg = c->msg;
   luna__mod *m = luna__mod_of(L);
   luna__binding *b = luna__get_binding(L);
-  lua_Integer i, j, n;
+  lua_Integer i, n;
   lua_settop(L, 0);
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &subs_key); /* 1 */
-  /* Compact removed subscriptions first (never while iterating). */
-  n = (lua_Integer)lua_rawlen(L, 1);
-  for (i = 1, j = 1; i <= n; i++) {
-    lua_rawgeti(L, 1, i);
-    if (((sub *)lua_touserdata(L, -1))->active)
-      lua_rawseti(L, 1, j++);
-    else
-      lua_pop(L, 1);
-  }
-  for (i = j; i <= n; i++) {
+  if (c->resume) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &paused_key); /* 1 */
     lua_pushnil(L);
-    lua_rawseti(L, 1, i);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &paused_key);
+    i = c->pos;
+    n = c->n;
+  } else {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &subs_key);
+    lua_pushlstring(L, msg->topic, msg->topic_len);
+    lua_rawget(L, 1);
+    lua_remove(L, 1); /* 1: the array, or nil */
+    i = 0;
+    n = lua_istable(L, 1) ? (lua_Integer)lua_rawlen(L, 1) : 0; /* later ones wait */
   }
-  n = j - 1; /* subscriptions made during this delivery wait for the next */
-  for (i = 1; i <= n; i++) {
+  if (!lua_istable(L, 1))
+    return 0;
+  while (i < n) {
     int st, base;
-    lua_rawgeti(L, 1, i); /* 2 */
+    if (*c->steps >= LUNA__BUS_STEPS) {
+      lua_pushvalue(L, 1);
+      lua_rawsetp(L, LUA_REGISTRYINDEX, &paused_key);
+      c->paused = true;
+      c->pos = i;
+      c->n = n;
+      return 0;
+    }
+    (*c->steps)++;
+    lua_rawgeti(L, 1, ++i); /* 2 */
     if (!((sub *)lua_touserdata(L, 2))->active) {
       lua_settop(L, 1);
       continue;
     }
-    lua_getiuservalue(L, 2, 1);
-    if (strcmp(lua_tostring(L, -1), msg->topic) != 0) {
-      lua_settop(L, 1);
-      continue;
-    }
-    lua_pop(L, 1);
     base = lua_gettop(L);
     lua_pushcfunction(L, luna__msgh); /* base + 1 */
     lua_getiuservalue(L, 2, 2);
     luna__copy_in(L, msg->data, msg->len);
-    lua_pushstring(L, msg->topic);
+    lua_pushlstring(L, msg->topic, msg->topic_len);
     lua_pushstring(L, msg->from);
     luna__budget_begin(m, L);
     st = lua_pcall(L, 3, 0, base + 1);
@@ -405,25 +520,79 @@ static int deliver_one(lua_State *L) {
   return 0;
 }
 
-void luna__bus_deliver(luna_mods *set) {
-  size_t i, n = set->nqueue;
-  for (i = 0; i < n; i++) {
-    luna__message msg = set->queue[i]; /* the queue may grow (move) meanwhile */
-    size_t k;
-    for (k = 0; k < set->nmods; k++) {
-      luna__mod *m = set->mods[k];
-      if (m->state != LUNA_MOD_LOADED || m->L == NULL || m->disable_pending)
-        continue;
-      if (!luna__mod_pcall(m, deliver_one, &msg, false))
-        luna__mods_report(set, m->man.name, "message '%s' from '%s' not delivered: %s",
-                          msg.topic, msg.from, m->last_error);
-    }
-    set->queue_bytes -= msg.len;
-    free_message(&msg);
+/* Delivers the message to the mods that subscribe to its topic, in load
+   order, from where the last frame's delivery stopped. false when the
+   frame's steps ran out first (the cursor says where to go on). */
+static bool deliver_message(luna_mods *set, const luna__message *msg, size_t *steps) {
+  size_t j, k;
+  if (!set->cursor.active) {
+    (*steps)++; /* taking the message is a step, whoever receives it */
+    set->cursor.active = true;
+    set->cursor.index = 0;
+    set->cursor.resume = false;
   }
-  if (n > 0 && set->nqueue > n)
-    memmove(set->queue, set->queue + n, (set->nqueue - n) * sizeof *set->queue);
-  set->nqueue -= n;
+  /* The receivers, collected before any of them runs (a subscriber may
+     subscribe or remove, changing the index). */
+  k = luna__topics_match(set, msg->topic, msg->topic_len, set->match, set->capmatch);
+  for (j = 0; j < k; j++) {
+    luna__mod *m = set->match[j];
+    deliver_ctx c;
+    if (m->index < set->cursor.index)
+      continue; /* delivered in an earlier frame */
+    memset(&c, 0, sizeof c);
+    c.msg = msg;
+    c.steps = steps;
+    if (set->cursor.resume && m->index == set->cursor.index) {
+      set->cursor.resume = false;
+      if (m->loads != set->cursor.loads)
+        continue; /* the instance it was delivered to is gone */
+      c.resume = true;
+      c.pos = set->cursor.pos;
+      c.n = set->cursor.n;
+    }
+    set->cursor.resume = false;
+    if (m->state != LUNA_MOD_LOADED || m->L == NULL || m->disable_pending)
+      continue;
+    if (!luna__mod_pcall(m, deliver_one, &c, false))
+      luna__mods_report(set, m->man.name, "message '%s' from '%s' not delivered: %s",
+                        msg->topic, msg->from, m->last_error);
+    else if (c.paused) {
+      set->cursor.index = m->index;
+      set->cursor.loads = m->loads;
+      set->cursor.pos = c.pos;
+      set->cursor.n = c.n;
+      set->cursor.resume = true;
+      return false;
+    }
+    set->cursor.index = m->index + 1;
+  }
+  set->cursor.active = false;
+  return true;
+}
+
+void luna__bus_deliver(luna_mods *set) {
+  size_t steps = 0, todo = set->nqueue; /* messages sent meanwhile wait */
+  if (set->capmatch < set->nmods) {
+    luna__mod **p = (luna__mod **)realloc(set->match, set->nmods * sizeof *p);
+    if (p == NULL)
+      return; /* out of memory: the messages wait for the next frame */
+    set->match = p;
+    set->capmatch = set->nmods;
+  }
+  while (todo > 0 && steps < LUNA__BUS_STEPS) {
+    luna__message msg = set->queue[set->qhead]; /* the ring may grow (move) meanwhile */
+    if (!deliver_message(set, &msg, &steps))
+      break;
+    set->qhead = (set->qhead + 1) % set->capqueue;
+    set->nqueue--;
+    todo--;
+    release(set, &msg);
+  }
+  if (set->nqueue == 0 && set->capqueue > 1024) { /* give a flood's ring back */
+    free(set->queue);
+    set->queue = NULL;
+    set->qhead = set->capqueue = 0;
+  }
 }
 
 /* ---- the mods module --------------------------------------------------------------------- */
@@ -432,14 +601,14 @@ void luna__bus_deliver(luna_mods *set) {
    the set's timing to every subscriber of topic, in every mod. */
 static int l_send(lua_State *L) {
   luna__mod *m = luna__mod_of(L);
-  const char *topic = luaL_checkstring(L, 1);
-  size_t len;
+  size_t topic_len, len;
+  const char *topic = check_topic(L, "mods.send", &topic_len);
   char *data;
-  const char *full = bus_full(m->set, 0);
+  const char *full = bus_full(m->set, m, 0);
   if (full != NULL) /* before copying anything */
     return luaL_error(L, "mods.send: %s", full);
   data = luna__copy_out(L, 2, m->set->cfg.message_limit, &len, "mods.send");
-  if (luna__bus_post(m->set, topic, m->man.name, data, len, &full) != 0)
+  if (luna__bus_post(m->set, m, topic, topic_len, data, len, &full) != 0)
     return luaL_error(L, "mods.send: %s", full);
   return 0;
 }
@@ -449,7 +618,23 @@ static sub *check_sub(lua_State *L) {
 }
 
 static int l_sub_remove(lua_State *L) {
-  check_sub(L)->active = false;
+  sub *s = check_sub(L);
+  luna__mod *m = luna__mod_of(L);
+  size_t len;
+  const char *topic;
+  if (!s->active)
+    return 0;
+  s->active = false;
+  lua_getiuservalue(L, 1, 1);
+  topic = lua_tolstring(L, -1, &len);
+  luna__topics_remove(m->set, m, topic, len);
+  if (luna__topics_count(m->set, m, topic, len) == 0) {
+    /* the last one: drop the array (a raw set of nil allocates nothing) */
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &subs_key);
+    lua_pushvalue(L, -2);
+    lua_pushnil(L);
+    lua_rawset(L, -3);
+  }
   return 0;
 }
 
@@ -466,24 +651,59 @@ static int l_sub_tostring(lua_State *L) {
   return 1;
 }
 
+/* Pushes a copy of the array at `idx` with only its active subscriptions. */
+static void push_compacted(lua_State *L, int idx, size_t live) {
+  lua_Integer i, j = 0, n = (lua_Integer)lua_rawlen(L, idx);
+  lua_createtable(L, (int)(live < INT32_MAX ? live : INT32_MAX), 0);
+  for (i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, i);
+    if (((sub *)lua_touserdata(L, -1))->active)
+      lua_rawseti(L, -2, ++j);
+    else
+      lua_pop(L, 1);
+  }
+}
+
 /* mods.subscribe(topic, fn) -> Subscription: fn(value, topic, sender) for
    each message on topic, from the next delivery on; sub:remove() (also
    __close) stops it. */
 static int l_subscribe(lua_State *L) {
+  luna__mod *m = luna__mod_of(L);
+  size_t len, live;
+  const char *topic = check_topic(L, "mods.subscribe", &len), *why;
   sub *s;
-  luaL_checkstring(L, 1);
   luaL_checktype(L, 2, LUA_TFUNCTION);
-  s = (sub *)lua_newuserdatauv(L, sizeof *s, 2);
-  s->active = true;
+  lua_settop(L, 2);
+  s = (sub *)lua_newuserdatauv(L, sizeof *s, 2); /* 3 */
+  s->active = false; /* until the index has it */
   luaL_setmetatable(L, SUB_MT);
   lua_pushvalue(L, 1);
-  lua_setiuservalue(L, -2, 1);
+  lua_setiuservalue(L, 3, 1);
   lua_pushvalue(L, 2);
-  lua_setiuservalue(L, -2, 2);
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &subs_key);
-  lua_pushvalue(L, -2);
-  lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
-  lua_pop(L, 1);
+  lua_setiuservalue(L, 3, 2);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &subs_key); /* 4 */
+  lua_pushvalue(L, 1);
+  if (lua_rawget(L, 4) != LUA_TTABLE) { /* 5: the topic's array */
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, 1);
+    lua_pushvalue(L, 5);
+    lua_rawset(L, 4);
+  }
+  live = luna__topics_count(m->set, m, topic, len);
+  if (lua_rawlen(L, 5) >= 2 * live + 8) {
+    push_compacted(L, 5, live);
+    lua_replace(L, 5);
+    lua_pushvalue(L, 1);
+    lua_pushvalue(L, 5);
+    lua_rawset(L, 4);
+  }
+  lua_pushvalue(L, 3);
+  lua_rawseti(L, 5, (lua_Integer)lua_rawlen(L, 5) + 1);
+  if (!luna__topics_add(m->set, m, topic, len, &why))
+    return luaL_error(L, "mods.subscribe: %s", why); /* stays in the array, removed */
+  s->active = true;
+  lua_settop(L, 3);
   return 1;
 }
 
@@ -545,12 +765,15 @@ static void set_int(lua_State *L, const char *k, lua_Integer v) {
   lua_setfield(L, -2, k);
 }
 
-/* mods.stats() -> {memory, memory_limit, instruction_limit,
-   budget_overruns, memory_overruns, max_overruns, loads} */
+/* mods.stats() -> {memory, host_memory, messages_waiting, memory_limit,
+   instruction_limit, budget_overruns, memory_overruns, max_overruns,
+   loads} */
 static int l_stats(lua_State *L) {
   luna__mod *m = luna__mod_of(L);
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 9);
   set_int(L, "memory", (lua_Integer)m->mem_used);
+  set_int(L, "host_memory", (lua_Integer)m->host_bytes);
+  set_int(L, "messages_waiting", (lua_Integer)m->queued);
   set_int(L, "memory_limit", (lua_Integer)m->mem_limit);
   set_int(L, "instruction_limit", (lua_Integer)m->budget);
   set_int(L, "budget_overruns", (lua_Integer)m->budget_overruns);
@@ -593,15 +816,30 @@ int luna__open_mods_module(lua_State *L) {
 /* luna__bus_post from the host: a refusal's reason goes to last_error. */
 static int host_post(luna_mods *set, const char *topic, char *data, size_t len) {
   const char *why;
-  int rc = luna__bus_post(set, topic, "host", data, len, &why);
+  int rc = luna__bus_post(set, NULL, topic, strlen(topic), data, len, &why);
   if (rc != 0)
     snprintf(set->last_error, sizeof set->last_error, "%s", why);
   return rc;
 }
 
+/* The checks both host posts make before copying anything: 0, or the
+   error with last_error set. */
+static int host_check(luna_mods *set, const char *fname, const char *topic) {
+  char buf[96];
+  const char *bad = bad_topic(topic, strlen(topic), buf, sizeof buf), *full;
+  if (bad != NULL) {
+    snprintf(set->last_error, sizeof set->last_error, "%s: %s", fname, bad);
+    return LUNA_EINVAL;
+  }
+  if ((full = bus_full(set, NULL, 0)) != NULL) {
+    snprintf(set->last_error, sizeof set->last_error, "%s", full);
+    return LUNA_ENOMEM;
+  }
+  return 0;
+}
+
 LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int idx) {
   char *data = NULL;
-  const char *full;
   size_t len;
   int st;
   if (set == NULL || topic == NULL || L == NULL)
@@ -611,10 +849,8 @@ LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int
              idx);
     return LUNA_EINVAL;
   }
-  if ((full = bus_full(set, 0)) != NULL) { /* before copying anything */
-    snprintf(set->last_error, sizeof set->last_error, "%s", full);
-    return LUNA_ENOMEM;
-  }
+  if ((st = host_check(set, "luna_mods_send", topic)) != 0)
+    return st;
   st = serialize_protected(L, idx, set->cfg.message_limit, "luna_mods_send", &data, &len);
   if (st != LUA_OK) {
     const char *msg = lua_tostring(L, -1);
@@ -628,6 +864,7 @@ LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int
 LUNA_API int luna_mods_send_string(luna_mods *set, const char *topic, const char *s, size_t len) {
   char *data;
   uint32_t n = (uint32_t)len;
+  int rc;
   if (set == NULL || topic == NULL || (s == NULL && len > 0))
     return LUNA_EINVAL;
   if (len > set->cfg.message_limit || len > UINT32_MAX) {
@@ -635,6 +872,8 @@ LUNA_API int luna_mods_send_string(luna_mods *set, const char *topic, const char
              "luna_mods_send_string: the value is larger than the limit");
     return LUNA_EINVAL;
   }
+  if ((rc = host_check(set, "luna_mods_send_string", topic)) != 0)
+    return rc;
   data = (char *)malloc(1 + sizeof n + len);
   if (data == NULL)
     return LUNA_ENOMEM;

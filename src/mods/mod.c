@@ -72,7 +72,7 @@ void *luna__mod_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   if (nsize > osize) {
     bool strict = m->mem_strict && !m->closing;
     size_t cap = strict ? m->mem_limit : m->mem_limit + m->mem_limit / 8;
-    if (m->mem_used + (nsize - osize) > cap)
+    if (m->mem_used + m->host_bytes + (nsize - osize) > cap)
       return NULL;
   }
   p = realloc(ptr, nsize);
@@ -82,6 +82,17 @@ void *luna__mod_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   if (m->mem_used > m->mem_peak)
     m->mem_peak = m->mem_used;
   return p;
+}
+
+bool luna__mod_charge(luna__mod *m, size_t n) {
+  if (n > m->mem_limit || m->mem_used + m->host_bytes > m->mem_limit - n)
+    return false;
+  m->host_bytes += n;
+  return true;
+}
+
+void luna__mod_uncharge(luna__mod *m, size_t n) {
+  m->host_bytes -= n;
 }
 
 void luna__mod_overrun(luna__mod *m, bool memory) {
@@ -312,6 +323,7 @@ static void close_state(luna__mod *m) {
   lua_settop(m->L, base);
   m->set->busy--;
   m->errors_before += luna_lua_error_count(m->L);
+  luna__topics_forget(m->set, m); /* its subscriptions go with the state */
   lua_close(m->L);
   m->closing = false;
   m->running--;

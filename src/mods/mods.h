@@ -7,6 +7,7 @@
 **   budget.c   the instruction budget: count hooks and the binding observer
 **   sandbox.c  the whitelist environment a mod's code sees
 **   bus.c      copying values between states, the bus, the `mods` module
+**   topics.c   the bus's index of subscriptions by topic
 **   manifest.c reading manifest.lua in a throwaway, empty state
 **   watch.c    file signatures for hot reload
 **   files.c    reading a file of a mod's folder (contained, never blocking)
@@ -47,12 +48,17 @@ typedef struct luna__manifest {
 
 struct luna__mod {
   luna_mods *set;
+  size_t index;               /* its place in set->mods (load order) */
   char *dir;                  /* realpath of the folder, malloc'ed */
   luna__manifest man;
   luna_mod_state state;
   lua_State *L;               /* NULL unless LOADED */
   /* allocator (mod.c) */
   size_t mem_used, mem_peak, mem_limit;
+  size_t host_bytes;          /* host memory kept for it (its waiting bus
+                                 messages, its topic index nodes): counts
+                                 against mem_limit with mem_used */
+  size_t queued, queued_bytes; /* its share of the bus: messages waiting */
   bool mem_strict;            /* refuse past mem_limit (inside a context) */
   bool closing;               /* lua_close runs: the lenient cap applies */
   /* instruction budget (budget.c) */
@@ -88,13 +94,23 @@ struct luna__mod {
   char last_error[512];
 };
 
+/* Topics are at most this many bytes, without NUL (bus.c). */
+#define LUNA__MAX_TOPIC 256
+/* Delivery steps per frame: a message taken, or a subscription visited. */
+#define LUNA__BUS_STEPS 100000
+
 /* A bus message waiting for delivery. */
 typedef struct luna__message {
-  char *topic;
-  char *from;                 /* sender's name ("host" for the host) */
+  luna__mod *sender;          /* NULL for the host */
+  char *topic;                /* malloc'ed: the topic, a NUL, then `from` */
+  size_t topic_len;
+  const char *from;           /* sender's name ("host" for the host) */
   char *data;                 /* serialized value */
   size_t len;
+  size_t charge;              /* bytes charged to the sender's cap */
 } luna__message;
+
+typedef struct luna__topic_node luna__topic_node; /* topics.c */
 
 struct luna_mods {
   luna_loop *loop;
@@ -103,9 +119,23 @@ struct luna_mods {
   bool has_item;
   luna__mod **mods;           /* load order */
   size_t nmods, capmods;
+  /* the bus (bus.c): a ring of waiting messages, in the order sent */
   luna__message *queue;
-  size_t nqueue, capqueue;
-  size_t queue_bytes;         /* serialized bytes of the waiting messages */
+  size_t qhead, nqueue, capqueue;
+  size_t host_queued, host_queued_bytes; /* the host's share of it */
+  struct {
+    bool active;              /* the head message is being delivered */
+    bool resume;              /* stopped inside the mod at `index` */
+    size_t index;             /* mods before this place are done */
+    uint64_t loads;           /* of that mod, when it stopped */
+    lua_Integer pos, n;       /* where in its subscriptions, of how many */
+  } cursor;
+  luna__mod **match;          /* receivers of one message (nmods slots) */
+  size_t capmatch;
+  /* the subscription index (topics.c) */
+  luna__topic_node **buckets;
+  size_t nbuckets, nnodes;
+  uint64_t topic_seed;
   uint64_t frames_seen;       /* runs of the item, for watch_frames */
   uint64_t errors;            /* load failures and disables reported */
   int busy;                   /* > 0 while the set calls into any mod */
@@ -138,6 +168,11 @@ bool luna__mod_pcall(luna__mod *m, lua_CFunction f, void *ud, bool budget);
 int luna__l_mod_on_error(lua_State *L);
 /* Counts an overrun and marks the mod for disabling at max_overruns. */
 void luna__mod_overrun(luna__mod *m, bool memory);
+/* Charges n bytes of host memory kept for m to its cap: false (nothing
+   charged) when its state and what the host keeps for it would pass
+   mem_limit. luna__mod_uncharge gives them back. */
+bool luna__mod_charge(luna__mod *m, size_t n);
+void luna__mod_uncharge(luna__mod *m, size_t n);
 
 /* ---- budget.c ------------------------------------------------------------- */
 /* Installs the count hook on L's main thread and the binding observer. */
@@ -164,15 +199,34 @@ void luna__sandbox_loadfile(lua_State *L, luna__mod *m, const char *rel, const c
 char *luna__copy_out(lua_State *L, int idx, size_t limit, size_t *len, const char *what);
 /* Pushes the value a buffer holds onto L (may raise: out of memory). */
 void luna__copy_in(lua_State *L, const char *data, size_t len);
-/* Queues a message (takes ownership of data). 0, or LUNA_ENOMEM with *why
-   saying why (out of memory, or the bus is full: a static string). */
-int luna__bus_post(luna_mods *set, const char *topic, const char *from, char *data, size_t len,
-                   const char **why);
-/* Delivers the messages queued before this call, in order. */
+/* Queues a message from `sender` (NULL: the host; takes ownership of
+   data; the topic is checked by the caller). 0, or LUNA_ENOMEM with *why
+   saying why (out of memory, the sender's share of the bus is full, or
+   its cap is reached: a static string). */
+int luna__bus_post(luna_mods *set, luna__mod *sender, const char *topic, size_t topic_len,
+                   char *data, size_t len, const char **why);
+/* Delivers the messages queued before this call, in order, at most
+   LUNA__BUS_STEPS steps of it; the rest waits for the next call. */
 void luna__bus_deliver(luna_mods *set);
 void luna__bus_clear(luna_mods *set);
 /* Pushes the `mods` module table for m. */
 int luna__open_mods_module(lua_State *L);
+
+/* ---- topics.c ------------------------------------------------------------- */
+/* The index of subscriptions by topic: (topic, mod) -> active count. add
+   charges a new node to m's cap: false with *why (static) when that or
+   the allocation fails. remove takes one away; forget drops all of m's. */
+void luna__topics_init(luna_mods *set);
+bool luna__topics_add(luna_mods *set, luna__mod *m, const char *topic, size_t len,
+                      const char **why);
+void luna__topics_remove(luna_mods *set, luna__mod *m, const char *topic, size_t len);
+size_t luna__topics_count(luna_mods *set, const luna__mod *m, const char *topic, size_t len);
+void luna__topics_forget(luna_mods *set, luna__mod *m);
+/* The mods with an active subscription to topic, in load order, into out
+   (at most cap); returns how many. */
+size_t luna__topics_match(luna_mods *set, const char *topic, size_t len, luna__mod **out,
+                          size_t cap);
+void luna__topics_free(luna_mods *set);
 
 /* ---- manifest.c ----------------------------------------------------------- */
 /* Reads dir/manifest.lua (missing: defaults, name = folder name). false with

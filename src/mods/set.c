@@ -55,6 +55,7 @@ static bool append(luna_mods *set, luna__mod *m) {
     set->mods = p;
     set->capmods = cap;
   }
+  m->index = set->nmods;
   set->mods[set->nmods++] = m;
   return true;
 }
@@ -287,6 +288,7 @@ LUNA_API int luna_mods_new(luna_loop *loop, const luna_mods_config *config, luna
   if (set->cfg.timing == 0)
     set->cfg.timing = LUNA_EARLY_UPDATE;
   set->loop = loop;
+  luna__topics_init(set);
   rc = luna_item_add(loop, (luna_timing)set->cfg.timing, upkeep, set, &set->item);
   if (rc != 0) {
     free(set);
@@ -301,12 +303,13 @@ LUNA_API void luna_mods_free(luna_mods *set) {
   size_t i;
   if (set == NULL)
     return;
+  luna__bus_clear(set); /* first: it gives the mods' charges back */
   for (i = set->nmods; i-- > 0;)
     luna__mod_free(set->mods[i]);
   free(set->mods);
   if (set->has_item)
     luna_item_remove(set->loop, set->item);
-  luna__bus_clear(set);
+  luna__topics_free(set);
   free(set);
 }
 
@@ -596,6 +599,7 @@ LUNA_API int luna_mods_get_info(const luna_mods *set, size_t i, luna_mod_info *o
   out->dir = m->dir;
   out->state = m->state;
   out->memory = m->L != NULL ? m->mem_used : 0;
+  out->host_memory = m->host_bytes;
   out->memory_peak = m->mem_peak;
   out->tasks = m->L != NULL ? luna_lua_task_count(m->L) : 0;
   out->callbacks = m->L != NULL ? luna_lua_callback_count(m->L) : 0;
