@@ -67,7 +67,9 @@ typedef struct luna_mods_config {
                                  30; negative: never (luna_mods_poll still
                                  checks on demand) */
   size_t message_limit;       /* bytes of one copied value (bus message or
-                                 carried state); 0: 1 MiB */
+                                 carried state); 0: 1 MiB. Each sender (each
+                                 mod, the host) may have 64 times this in
+                                 bytes, and 65,536 messages, waiting */
   int timing;                 /* the timing of the set's item (message
                                  delivery, disabling, file checks); 0:
                                  LUNA_EARLY_UPDATE (so LUNA_INITIALIZATION
@@ -125,9 +127,9 @@ LUNA_API void luna_mods_free(luna_mods *set);
 LUNA_API int luna_mods_load_dir(luna_mods *set, const char *dir);
 
 /* Loads one mod from its folder; its dependencies must be loaded already.
-   0, LUNA_EINVAL (failed: see luna_mods_last_error; the mod is still listed,
-   as FAILED, and hot reload retries it), LUNA_ESTATE (inside a mod, a mod
-   of that name is already loaded from another folder, or this folder's mod
+   0, LUNA_EINVAL (failed, also when another mod of the set claims its
+   name: see luna_mods_last_error; the mod is still listed, as FAILED, and
+   hot reload retries it), LUNA_ESTATE (inside a mod, or this folder's mod
    is loaded already: luna_mods_last_error says so; luna_mods_reload
    reloads it). */
 LUNA_API int luna_mods_load(luna_mods *set, const char *path);
@@ -156,7 +158,9 @@ LUNA_API int luna_mods_unload_all(luna_mods *set);
 LUNA_API int luna_mods_reload(luna_mods *set, const char *name);
 
 /* Checks every mod's files now (modification time and size of each regular
-   file in its folder, recursively) and reloads those that changed. Returns
+   file in its folder, recursively, without following links to folders, at
+   most 8 levels, 1024 folders, 4096 files and 16384 entries per mod: a
+   larger folder is reported once) and reloads those that changed. Returns
    how many were reloaded, or LUNA_ESTATE inside a mod. The set's item does
    the same every watch_frames frames. */
 LUNA_API int luna_mods_poll(luna_mods *set);
@@ -164,10 +168,13 @@ LUNA_API int luna_mods_poll(luna_mods *set);
 /* Posts a message from the host: the value at `idx` of any Lua state L (nil,
    boolean, number, string, or a table of those) is copied now and delivered
    to the subscribers of `topic` at the next run of the set's timing, with
-   sender "host". 0, LUNA_EINVAL (no value at idx, a value that cannot
-   cross, too large, or a cycle: luna_mods_last_error says why), LUNA_ENOMEM (out of memory, or the
-   bus is full: 65,536 messages, or 64 times message_limit in bytes, wait
-   for the next delivery; luna_mods_last_error says which). */
+   sender "host". `topic` is at most 256 bytes. 0, LUNA_EINVAL (a topic
+   too long, no value at idx, a value that cannot cross, too large, or a
+   cycle: luna_mods_last_error says why), LUNA_ENOMEM (out of memory, or
+   the host's share of the bus is full: 65,536 of its messages, or 64
+   times message_limit in bytes of them, wait for delivery; each mod has a
+   share of its own, so no mod's flood fills the host's;
+   luna_mods_last_error says which). */
 LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int idx);
 
 /* Posts a string message from the host (as luna_mods_send). */

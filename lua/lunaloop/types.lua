@@ -323,6 +323,8 @@ function Subscription:active() end
 
 ---@class mods.Stats
 ---@field memory integer bytes used by this mod's state
+---@field host_memory integer bytes the host keeps for this mod (its messages waiting on the bus, its subscribed topics); counted against memory_limit with memory
+---@field messages_waiting integer this mod's messages waiting for delivery
 ---@field memory_limit integer
 ---@field instruction_limit integer per resume or call
 ---@field budget_overruns integer since this load
@@ -338,12 +340,16 @@ mods = {}
 
 ---Copies `value` now (nil, booleans, numbers, strings, tables of those; no
 ---cycles) and delivers it to every subscriber of `topic` at the next bus
----delivery. Raises for values that cannot cross.
+---delivery. Raises for values that cannot cross, for a topic longer than
+---256 bytes or with a NUL byte, when this mod's share of the bus is full
+---(65,536 messages or 64 message limits of bytes waiting), or at its
+---memory cap (waiting messages count against it).
 ---@param topic string
 ---@param value nil|boolean|number|string|table
 function mods.send(topic, value) end
 
 ---Calls fn(value, topic, sender) with a copy of each message on `topic`.
+---Raises for a topic longer than 256 bytes or with a NUL byte.
 ---@param topic string
 ---@param fn fun(value: any, topic: string, sender: string)
 ---@return mods.Subscription

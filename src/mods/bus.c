@@ -322,9 +322,12 @@ static const char *check_topic(lua_State *L, const char *fname, size_t *len) {
    delivered. */
 
 /* The bytes one message costs the host: its value, its topic and sender
-   name, and two ring slots (the ring at most doubles past its use). */
+   name (two allocations, with malloc's overhead), and four ring slots: the
+   ring doubles when full and is cut back after each delivery to at most
+   four slots per waiting message (ring_fit). */
 static size_t message_charge(size_t topic_len, size_t from_len, size_t len) {
-  return 2 * sizeof(luna__message) + topic_len + 1 + from_len + 1 + len;
+  return 4 * sizeof(luna__message) + 2 * LUNA__MALLOC_OVERHEAD + topic_len + 1 + from_len + 1 +
+         len;
 }
 
 /* Why `sender` (NULL: the host) cannot post `len` more bytes now (a static
@@ -347,11 +350,10 @@ static int refuse_post(char *data, const char **why, const char *reason) {
   return LUNA_ENOMEM;
 }
 
-/* Makes room for one more message at the ring's tail (the ring is then
-   one run from slot 0). */
-static bool ring_grow(luna_mods *set) {
-  size_t cap = set->capqueue ? set->capqueue * 2 : 16, i;
+/* Moves the ring into `cap` slots (at least nqueue), one run from slot 0. */
+static bool ring_resize(luna_mods *set, size_t cap) {
   luna__message *q = (luna__message *)malloc(cap * sizeof *q);
+  size_t i;
   if (q == NULL)
     return false;
   for (i = 0; i < set->nqueue; i++)
@@ -361,6 +363,29 @@ static bool ring_grow(luna_mods *set) {
   set->capqueue = cap;
   set->qhead = 0;
   return true;
+}
+
+static bool ring_grow(luna_mods *set) {
+  return ring_resize(set, set->capqueue ? set->capqueue * 2 : 16);
+}
+
+/* After a delivery: a ring more than four times its use (past a floor of
+   RING_KEEP slots, the host's own) is cut to twice its use, so what a
+   flood leaves behind is never more than its messages were charged. */
+#define RING_KEEP 1024
+static void ring_fit(luna_mods *set) {
+  size_t cap = 16;
+  if (set->capqueue <= RING_KEEP || set->nqueue >= set->capqueue / 4)
+    return;
+  if (set->nqueue == 0) {
+    free(set->queue);
+    set->queue = NULL;
+    set->qhead = set->capqueue = 0;
+    return;
+  }
+  while (cap < 2 * set->nqueue)
+    cap *= 2;
+  ring_resize(set, cap); /* out of memory: keep the larger ring */
 }
 
 int luna__bus_post(luna_mods *set, luna__mod *sender, const char *topic, size_t topic_len,
@@ -458,6 +483,14 @@ typedef struct deliver_ctx {
   bool paused;          /* out: the bound was reached; pos, n say where */
 } deliver_ctx;
 
+/* True when the delivery must stop here and go on at the next frame: the
+   frame's steps are spent. (A per-mod limit of the frame, such as a time
+   budget, belongs here too: the place is kept the same way.) */
+static bool must_pause(const deliver_ctx *c, const luna__mod *m) {
+  (void)m;
+  return *c->steps >= LUNA__BUS_STEPS;
+}
+
 /* Protected, in the receiving mod's state: calls each of its subscribers
    of the message's topic, each in its own budget context, until the
    frame's steps run out (then the array and the place are kept). */
@@ -486,7 +519,7 @@ static int deliver_one(lua_State *L) {
     return 0;
   while (i < n) {
     int st, base;
-    if (*c->steps >= LUNA__BUS_STEPS) {
+    if (must_pause(c, m)) {
       lua_pushvalue(L, 1);
       lua_rawsetp(L, LUA_REGISTRYINDEX, &paused_key);
       c->paused = true;
@@ -588,11 +621,7 @@ void luna__bus_deliver(luna_mods *set) {
     todo--;
     release(set, &msg);
   }
-  if (set->nqueue == 0 && set->capqueue > 1024) { /* give a flood's ring back */
-    free(set->queue);
-    set->queue = NULL;
-    set->qhead = set->capqueue = 0;
-  }
+  ring_fit(set);
 }
 
 /* ---- the mods module --------------------------------------------------------------------- */
@@ -673,6 +702,8 @@ static int l_subscribe(lua_State *L) {
   const char *topic = check_topic(L, "mods.subscribe", &len), *why;
   sub *s;
   luaL_checktype(L, 2, LUA_TFUNCTION);
+  if (m->closing) /* its index nodes are dropped as its state closes */
+    return luaL_error(L, "mods.subscribe: the mod is being unloaded");
   lua_settop(L, 2);
   s = (sub *)lua_newuserdatauv(L, sizeof *s, 2); /* 3 */
   s->active = false; /* until the index has it */

@@ -94,6 +94,9 @@ struct luna__mod {
   char last_error[512];
 };
 
+/* What malloc keeps beside each block (glibc: 8-16 bytes), counted in the
+   host memory charged to a mod. */
+#define LUNA__MALLOC_OVERHEAD 16
 /* Topics are at most this many bytes, without NUL (bus.c). */
 #define LUNA__MAX_TOPIC 256
 /* Delivery steps per frame: a message taken, or a subscription visited. */

@@ -14,10 +14,11 @@
 ** visit.
 **
 ** Memory: each node is host memory kept for its mod, so it is charged to
-** that mod's cap (luna__mod_charge): its size, its topic, and two bucket
-** pointers (the table has at most two buckets per node, as it doubles when
-** the nodes outnumber the buckets and halves when they fall below an
-** eighth). A mod at its cap cannot subscribe to a new topic.
+** that mod's cap (luna__mod_charge): its size with malloc's overhead, its
+** topic, and four bucket pointers (the table doubles when the nodes
+** outnumber the buckets and halves when they fall below a quarter, so it
+** has at most four buckets per node past its MIN_BUCKETS). A mod at its
+** cap cannot subscribe to a new topic.
 **
 ** The hash is FNV-1a from a per-set seed, so a mod cannot choose topics
 ** that it knows collide; a chain is also bounded by the caps of the mods
@@ -109,7 +110,7 @@ bool luna__topics_add(luna_mods *set, luna__mod *m, const char *topic, size_t le
                       const char **why) {
   uint64_t hash;
   luna__topic_node **link, *n;
-  size_t charge = sizeof *n + len + 1 + 2 * sizeof(luna__topic_node *);
+  size_t charge = sizeof *n + len + 1 + LUNA__MALLOC_OVERHEAD + 4 * sizeof(luna__topic_node *);
   *why = "out of memory";
   if (set->nbuckets == 0 && !resize(set, MIN_BUCKETS))
     return false;
@@ -151,8 +152,9 @@ static void unlink_node(luna_mods *set, luna__topic_node **link) {
 }
 
 static void maybe_shrink(luna_mods *set) {
-  if (set->nbuckets > MIN_BUCKETS && set->nnodes < set->nbuckets / 8)
-    resize(set, set->nbuckets / 2);
+  while (set->nbuckets > MIN_BUCKETS && set->nnodes < set->nbuckets / 4)
+    if (!resize(set, set->nbuckets / 2))
+      break;
 }
 
 void luna__topics_remove(luna_mods *set, luna__mod *m, const char *topic, size_t len) {
