@@ -172,4 +172,20 @@ case_cycle() {
   expect_err "^lunaloop: mod 'a': not loaded: dependency cycle: a -> b -> a$"
 }
 
+# What a mod prints and the reports that quote it reach the terminal with
+# control characters escaped: a newline or ESC in a print or an error
+# message forged "lunaloop: mod ..." lines and sent terminal escapes.
+case_control_characters_are_escaped() {
+  mkdir -p "$TMP/e"
+  printf '%s\n' "print('a\\nlunaloop: mod \\'x\\': forged\\27[2J')" \
+    "error('b\\n  x 0: loaded\\27[0m', 0)" >"$TMP/e/mod.lua"
+  ll mods --fast "$TMP"
+  expect_status 1
+  expect_out '^\[e\] a\\nlunaloop: mod '"'x'"': forged\\x1b\[2J$'
+  expect_err "^lunaloop: mod 'e': task main failed: b\\\\n  x 0: loaded\\\\x1b\\[0m$"
+  ! grep -q $'\x1b' "$OUT" "$ERR" || fail "an ESC reached the output"
+  ! grep -q '^lunaloop: mod .x.: forged' "$OUT" || fail "a forged line"
+  ! grep -q '^  x 0: loaded' "$ERR" || fail "a forged summary line"
+}
+
 "case_$CASE"
