@@ -289,12 +289,12 @@ void luna__copy_in(lua_State *L, const char *data, size_t len) {
    subscribed mod, so they are short; a NUL would cut the copy ("a\0b"
    reached the subscribers of "a"), so it is refused rather than cut. */
 static const char *bad_topic(const char *topic, size_t len, char *buf, size_t buflen) {
-  const char *nul = (const char *)memchr(topic, '\0', len);
+  const char *nul;
   if (len > LUNA__MAX_TOPIC) {
     snprintf(buf, buflen, "the topic is %zu bytes long (at most %d)", len, LUNA__MAX_TOPIC);
     return buf;
   }
-  if (nul != NULL) {
+  if ((nul = (const char *)memchr(topic, '\0', len)) != NULL) {
     snprintf(buf, buflen, "the topic has a NUL byte (at byte %zu)", (size_t)(nul - topic) + 1);
     return buf;
   }
