@@ -16,7 +16,10 @@
 ** The set does its per-frame work (delivering bus messages, disabling mods
 ** that overran their budgets, checking files for hot reload) in one repeating
 ** item at config.timing of the loop, so a host that drives frames with
-** luna_loop_frame needs no other call. Free the set before the loop.
+** luna_loop_frame needs no other call. A frame delivers at most 100,000
+** steps of messages (a message taken off the queue, a subscriber called
+** or a removed one passed, is a step); the rest waits for the next frame,
+** in order. Free the set before the loop.
 */
 #ifndef LUNALOOP_MODS_H
 #define LUNALOOP_MODS_H
