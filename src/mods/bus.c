@@ -60,6 +60,8 @@ static const char paused_key = 'p'; /* the array a paused delivery walks */
 typedef struct writer {
   char *p;
   size_t len, cap, limit;
+  luna__mod *m;   /* the copy is host memory charged to this mod (NULL: the host) */
+  size_t charged; /* bytes charged to it so far */
   int visiting; /* stack index of the table of tables being copied */
   const char *what;
   char path[160];
@@ -74,6 +76,9 @@ static void put(lua_State *L, writer *w, const void *src, size_t n) {
     char *p;
     while (cap < w->len + n)
       cap *= 2;
+    if (w->m != NULL && !luna__mod_charge(w->m, cap - w->cap))
+      luaL_error(L, "%s: " LUNA__CAP_REACHED, w->what);
+    w->charged += w->m != NULL ? cap - w->cap : 0;
     p = (char *)realloc(w->p, cap);
     if (p == NULL)
       luaL_error(L, "%s: out of memory", w->what);
@@ -195,13 +200,17 @@ static int serialize(lua_State *L) {
 }
 
 /* Serializes the value at idx in protected mode; on error returns the Lua
-   status with the message on top of L and nothing allocated. */
+   status with the message on top of L and nothing allocated. While the
+   copy grows it is charged to m's cap (a mod's send; NULL for the host's),
+   and given back at the end: the caller charges what it keeps. */
 static int serialize_protected(lua_State *L, int idx, size_t limit, const char *what,
-                               char **data, size_t *len) {
+                               luna__mod *m, char **data, size_t *len) {
   writer w;
   int st;
+  char *fit;
   idx = lua_absindex(L, idx);
   memset(&w, 0, sizeof w);
+  w.m = m;
   w.limit = limit > UINT32_MAX ? UINT32_MAX : limit;
   w.what = what;
   strcpy(w.path, "value");
@@ -209,6 +218,8 @@ static int serialize_protected(lua_State *L, int idx, size_t limit, const char *
   lua_pushvalue(L, idx);
   lua_pushlightuserdata(L, &w);
   st = lua_pcall(L, 2, 0, 0);
+  if (m != NULL)
+    luna__mod_uncharge(m, w.charged);
   if (st != LUA_OK) {
     free(w.p);
     return st;
@@ -217,6 +228,9 @@ static int serialize_protected(lua_State *L, int idx, size_t limit, const char *
     lua_pushliteral(L, "empty value");
     return LUA_ERRRUN;
   }
+  /* The buffer doubled as it grew: keep only what the value needs. */
+  if (w.len < w.cap && (fit = (char *)realloc(w.p, w.len)) != NULL)
+    w.p = fit;
   *data = w.p;
   *len = w.len;
   return LUA_OK;
@@ -224,7 +238,7 @@ static int serialize_protected(lua_State *L, int idx, size_t limit, const char *
 
 char *luna__copy_out(lua_State *L, int idx, size_t limit, size_t *len, const char *what) {
   char *data = NULL;
-  if (serialize_protected(L, idx, limit, what, &data, len) != LUA_OK)
+  if (serialize_protected(L, idx, limit, what, luna__mod_of(L), &data, len) != LUA_OK)
     lua_error(L);
   return data;
 }
@@ -400,8 +414,7 @@ int luna__bus_post(luna_mods *set, luna__mod *sender, const char *topic, size_t 
   if (set->nqueue == set->capqueue && !ring_grow(set))
     return refuse_post(data, why, "out of memory");
   if (sender != NULL && !luna__mod_charge(sender, charge))
-    return refuse_post(data, why, "not enough memory (the mod's memory cap also counts its "
-                                  "messages waiting on the bus)");
+    return refuse_post(data, why, LUNA__CAP_REACHED);
   block = (char *)malloc(topic_len + 1 + from_len + 1);
   if (block == NULL) {
     if (sender != NULL)
@@ -882,7 +895,7 @@ LUNA_API int luna_mods_send(luna_mods *set, const char *topic, lua_State *L, int
   }
   if ((st = host_check(set, "luna_mods_send", topic)) != 0)
     return st;
-  st = serialize_protected(L, idx, set->cfg.message_limit, "luna_mods_send", &data, &len);
+  st = serialize_protected(L, idx, set->cfg.message_limit, "luna_mods_send", NULL, &data, &len);
   if (st != LUA_OK) {
     const char *msg = lua_tostring(L, -1);
     snprintf(set->last_error, sizeof set->last_error, "%s", msg != NULL ? msg : "error");

@@ -12,6 +12,9 @@
 **   a FIFO, a terminal or a device node can never block the host; and
 ** - checked with fstat on the open descriptor to be a regular file before
 **   it is read, at most `limit` bytes.
+** Lua sources are parsed straight from the descriptor, 4 KiB at a time,
+** so a 16 MiB source costs the host no buffer of its size: the chunk is
+** built in the mod's own state, under its cap.
 ** A link to /dev/stdin leaves the folder and is refused by the first rule;
 ** a FIFO inside the folder opens at once and is refused by the last.
 */
@@ -39,7 +42,7 @@ static int refuse(const char **why, const char *reason, int e) {
 }
 
 /* Opens dir/rel as described above; the descriptor, or -1 with errno set
-   and *why saying why (ENOENT: "no such file", nothing there at all). */
+   and *why saying why (ENOENT: nothing there at all). */
 static int open_in_folder(const char *dir, const char *rel, const char **why) {
   char full[PATH_MAX], real[PATH_MAX];
   size_t dirlen = strlen(dir);
@@ -110,4 +113,58 @@ char *luna__read_in_folder(const char *dir, const char *rel, size_t limit, size_
   buf[n] = '\0';
   *len = n;
   return buf;
+}
+
+typedef struct reader {
+  int fd;
+  size_t total, limit;
+  const char *why;  /* set when the read stopped for a reason of its own */
+  char buf[4096];
+} reader;
+
+/* lua_Reader: the next piece of the file, or NULL at its end or when it
+   stops early (then r->why says why, and the chunk is thrown away). */
+static const char *read_piece(lua_State *L, void *ud, size_t *size) {
+  reader *r = (reader *)ud;
+  ssize_t got;
+  (void)L;
+  *size = 0;
+  if (r->why != NULL)
+    return NULL;
+  do
+    got = read(r->fd, r->buf, sizeof r->buf);
+  while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    r->why = strerror(errno);
+    return NULL;
+  }
+  if (got == 0)
+    return NULL;
+  r->total += (size_t)got;
+  if (r->total > r->limit) {
+    r->why = "the file is too large";
+    return NULL;
+  }
+  *size = (size_t)got;
+  return r->buf;
+}
+
+int luna__load_in_folder(lua_State *L, const char *dir, const char *rel, size_t limit,
+                         const char *chunkname, const char **why) {
+  reader r;
+  int st;
+  r.fd = open_in_folder(dir, rel, why);
+  if (r.fd < 0)
+    return -1;
+  r.total = 0;
+  r.limit = limit;
+  r.why = NULL;
+  st = lua_load(L, read_piece, &r, chunkname, "t");
+  close(r.fd);
+  if (r.why != NULL) {
+    lua_pop(L, 1); /* whatever the parser made of a cut file */
+    *why = r.why;
+    return -1;
+  }
+  return st;
 }

@@ -97,6 +97,9 @@ struct luna__mod {
 /* What malloc keeps beside each block (glibc: 8-16 bytes), counted in the
    host memory charged to a mod. */
 #define LUNA__MALLOC_OVERHEAD 16
+/* Why a charge to a mod's cap (luna__mod_charge) was refused. */
+#define LUNA__CAP_REACHED \
+  "not enough memory (the mod's memory cap also counts what the host keeps for it)"
 /* Topics are at most this many bytes, without NUL (bus.c). */
 #define LUNA__MAX_TOPIC 256
 /* Delivery steps per frame: a message taken, or a subscription visited. */
@@ -197,7 +200,8 @@ void luna__sandbox_open(lua_State *L, luna__mod *m);
 void luna__sandbox_loadfile(lua_State *L, luna__mod *m, const char *rel, const char *what);
 
 /* ---- bus.c ---------------------------------------------------------------- */
-/* Serializes the value at idx of L into a malloc'ed buffer; raises a Lua
+/* Serializes the value at idx of L (a mod's state: the copy counts
+   against its cap while it is made) into a malloc'ed buffer; raises a Lua
    error in L (naming `what`) for values that cannot cross. */
 char *luna__copy_out(lua_State *L, int idx, size_t limit, size_t *len, const char *what);
 /* Pushes the value a buffer holds onto L (may raise: out of memory). */
@@ -244,6 +248,13 @@ void luna__manifest_free(luna__manifest *man);
    reason. */
 char *luna__read_in_folder(const char *dir, const char *rel, size_t limit, size_t *len,
                            const char **why);
+/* Loads dir/rel, checked as luna__read_in_folder does, as a text chunk of
+   at most `limit` bytes named `chunkname` into L, read from the file piece
+   by piece (no host buffer of its size). The lua_load status with the
+   chunk or the message pushed, or -1 with nothing pushed and *why (static)
+   saying why the file could not be read. */
+int luna__load_in_folder(lua_State *L, const char *dir, const char *rel, size_t limit,
+                         const char *chunkname, const char **why);
 
 /* ---- text.c --------------------------------------------------------------- */
 #define LUNA__ESC_KEEP_TAB 1u       /* tabs pass (print's separator) */

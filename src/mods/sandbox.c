@@ -69,18 +69,14 @@ static bool safe_relative(const char *rel) {
 void luna__sandbox_loadfile(lua_State *L, luna__mod *m, const char *rel, const char *what) {
   char chunkname[256];
   const char *why;
-  size_t len;
-  char *src;
   int st;
   if (!safe_relative(rel))
     luaL_error(L, "%s: '%s' is not a path inside the mod's folder "
                   "(relative, without '..')", what, rel);
-  src = luna__read_in_folder(m->dir, rel, MAX_SOURCE, &len, &why);
-  if (src == NULL)
-    luaL_error(L, "%s: cannot read '%s': %s", what, rel, why);
   snprintf(chunkname, sizeof chunkname, "@%s/%s", m->man.name, rel);
-  st = luaL_loadbufferx(L, src, len, chunkname, "t");
-  free(src);
+  st = luna__load_in_folder(L, m->dir, rel, MAX_SOURCE, chunkname, &why);
+  if (st < 0)
+    luaL_error(L, "%s: cannot read '%s': %s", what, rel, why);
   if (st != LUA_OK)
     lua_error(L);
 }

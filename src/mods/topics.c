@@ -121,7 +121,7 @@ bool luna__topics_add(luna_mods *set, luna__mod *m, const char *topic, size_t le
     return true;
   }
   if (!luna__mod_charge(m, charge)) {
-    *why = "not enough memory (the mod's memory cap also counts what the host keeps for it)";
+    *why = LUNA__CAP_REACHED;
     return false;
   }
   n = (luna__topic_node *)malloc(sizeof *n + len + 1);

@@ -43,7 +43,7 @@ static void bus_and_subscriptions_are_charged_to_the_mods_cap(void **state) {
            "print('removed', mods.stats().host_memory)\n");
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   assert_string_equal(f->out, "[a] true\ttrue\ttrue\tmods.send: not enough memory (the mod's "
-                              "memory cap also counts its messages waiting on the bus)\n");
+                              "memory cap also counts what the host keeps for it)\n");
   assert_true(fx_info(f, "a").host_memory >= 65536);
   fx_frames(f, 1);
   assert_has(f->out, "[a] delivered\t0\t0\n[a] subscribed\ttrue\n[a] removed\t0\n");
