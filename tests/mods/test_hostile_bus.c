@@ -192,6 +192,40 @@ static void delivery_visits_only_matching_subscriptions_and_is_bounded(void **st
   fx_free(f);
 }
 
+/* A delivery cut by the frame's bound keeps its place inside a mod's
+   subscriptions until the next frame. A mod reloaded or unloaded in
+   between must not be resumed in a state that is gone: the new instance
+   gets the messages after that one, the mods after it get it whole. */
+static void a_mod_reloaded_while_its_delivery_waits_is_not_resumed(void **state) {
+  fixture *f = fx_new(NULL);
+  (void)state;
+  fx_write(f, "a/manifest.lua", "return {name = 'a', load_order = 1}");
+  fx_write(f, "a/mod.lua",
+           "got = 0\n"
+           "local function f() got = got + 1 end\n"
+           "for i = 1, 120000 do mods.subscribe('fan', f) end\n");
+  fx_write(f, "b/manifest.lua", "return {name = 'b', load_order = 2}");
+  fx_write(f, "b/mod.lua",
+           "got = 0\n"
+           "mods.subscribe('fan', function(v) got = got + 1; print('b got', v) end)\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  assert_int_equal(luna_mods_send_string(f->set, "fan", "1", 1), 0);
+  assert_int_equal(luna_mods_send_string(f->set, "fan", "2", 1), 0);
+  fx_frames(f, 1);
+  assert_int_equal(fx_global(f, "a", "got"), 99999);
+  assert_int_equal(luna_mods_reload(f->set, "a"), 0);
+  fx_frames(f, 1);
+  /* The new a gets none of message 1 (b gets it: one step), then 99,998
+     of message 2 (one step for taking it): the frame's 100,000. */
+  assert_string_equal(f->out, "[b] b got\t1\n");
+  assert_int_equal(fx_global(f, "a", "got"), 99998);
+  assert_int_equal(luna_mods_unload(f->set, "a"), 0);
+  fx_frames(f, 1);
+  assert_string_equal(f->out, "[b] b got\t1\n[b] b got\t2\n");
+  assert_false(luna_mods_alive(f->set));
+  fx_free(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bus_and_subscriptions_are_charged_to_the_mods_cap),
@@ -199,6 +233,7 @@ int main(void) {
       cmocka_unit_test(a_nul_in_a_topic_is_refused),
       cmocka_unit_test(topics_longer_than_256_bytes_are_refused),
       cmocka_unit_test(delivery_visits_only_matching_subscriptions_and_is_bounded),
+      cmocka_unit_test(a_mod_reloaded_while_its_delivery_waits_is_not_resumed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
