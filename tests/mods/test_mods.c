@@ -744,10 +744,10 @@ static void bus_order_errors_and_host_posts(void **state) {
 }
 
 /* The copies waiting on the bus are the host's memory: a mod sending big
-   values in a loop grew the host by gigabytes before the next delivery (a
-   fresh-user trial). At most 64 times the message limit in bytes of one
-   sender may wait; past that its send raises (the host has a share of its
-   own), and the bus takes its messages again once they were delivered. */
+   values in a loop grew the host by gigabytes before the next delivery.
+   At most 64 times the message limit in bytes of one sender may wait;
+   past that its send raises (the host has a share of its own), and the
+   bus takes its messages again once they were delivered. */
 static void bus_refuses_more_than_64_message_limits_of_bytes(void **state) {
   luna_mods_config c;
   fixture *f;
