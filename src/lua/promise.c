@@ -424,17 +424,30 @@ static void hub_event(luna_loop *loop, luna_event event, void *ud) {
     h->loop = NULL;
 }
 
+static void hub_detach(hub *h);
+
 /* The state closes. Its Promises were finalized first (they are younger),
    so the list is normally empty already. */
 static int hub_gc(lua_State *L) {
-  hub *h = (hub *)lua_touserdata(L, 1);
+  hub_detach((hub *)lua_touserdata(L, 1));
+  return 0;
+}
+
+void luna__promise_detach(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hub_key) == LUA_TUSERDATA)
+    hub_detach((hub *)lua_touserdata(L, -1));
+  lua_pop(L, 1);
+}
+
+/* Lets go of every pending Lua side and leaves the loop. Runs no Lua code
+   and allocates nothing. */
+static void hub_detach(hub *h) {
   while (h->first != NULL)
     let_go(h->first, true);
   if (h->loop != NULL) {
     luna_loop_remove_listener(h->loop, hub_event, h);
     h->loop = NULL;
   }
-  return 0;
 }
 
 static void open_metatable(lua_State *L);
@@ -665,6 +678,7 @@ static const luaL_Reg promise_meta[] = {
 static void open_metatable(lua_State *L) {
   if (luaL_newmetatable(L, LUNA__PROMISE_MT)) {
     luaL_setfuncs(L, promise_meta, 0);
+    luna__protect_metatable(L);
     luaL_newlib(L, promise_methods);
     lua_setfield(L, -2, "__index");
   }

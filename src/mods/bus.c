@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "guard.h"
 #include "mods.h"
 
 #define MAX_DEPTH 100
@@ -436,6 +437,8 @@ static int l_send(lua_State *L) {
   size_t len;
   char *data;
   const char *full = bus_full(m->set, 0);
+  if (luna__guard_closing(L)) /* a dying state reaches no other mod */
+    return luaL_error(L, "mods.send: the mod is being unloaded");
   if (full != NULL) /* before copying anything */
     return luaL_error(L, "mods.send: %s", full);
   data = luna__copy_out(L, 2, m->set->cfg.message_limit, &len, "mods.send");
@@ -473,6 +476,8 @@ static int l_subscribe(lua_State *L) {
   sub *s;
   luaL_checkstring(L, 1);
   luaL_checktype(L, 2, LUA_TFUNCTION);
+  if (luna__guard_closing(L))
+    return luaL_error(L, "mods.subscribe: the mod is being unloaded");
   s = (sub *)lua_newuserdatauv(L, sizeof *s, 2);
   s->active = true;
   luaL_setmetatable(L, SUB_MT);
@@ -577,6 +582,8 @@ int luna__open_mods_module(lua_State *L) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, &subs_key);
   luaL_newmetatable(L, SUB_MT);
   luaL_setfuncs(L, sub_meta, 0);
+  lua_pushliteral(L, SUB_MT); /* protected: getmetatable gives its name */
+  lua_setfield(L, -2, "__metatable");
   luaL_newlib(L, sub_methods);
   lua_setfield(L, -2, "__index");
   lua_pop(L, 1);

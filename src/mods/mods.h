@@ -52,7 +52,6 @@ struct luna__mod {
   /* allocator (mod.c) */
   size_t mem_used, mem_peak, mem_limit;
   bool mem_strict;            /* refuse past mem_limit (inside a context) */
-  bool closing;               /* lua_close runs: the lenient cap applies */
   /* instruction budget (budget.c) */
   uint64_t budget;            /* the limit per context */
   uint64_t used;              /* instructions counted in this context */
