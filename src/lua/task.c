@@ -330,6 +330,10 @@ static void disarm(luna__binding *b, luna__task *t) {
    nothing changed, when it is full and cannot grow (the state's allocator
    refused: a mod at its memory cap). Never raises: it runs in the loop's
    callbacks, where no Lua error handler is active. */
+static bool ring_push(luna__binding *b, luna__ring *r, luna__task *t);
+
+/* Doubles the ring's room (64 to begin with); false, and nothing changed,
+   when the allocator refuses. */
 static bool ring_grow(luna__binding *b, luna__ring *r) {
   size_t cap = r->cap ? r->cap * 2 : 64;
   void *ud;
@@ -526,7 +530,7 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   bool cancelled;
   bool awaited = t->aw_head != NULL;
   int err, tb, task_idx;
-  char label[LUA_IDSIZE + 32], what[LUA_IDSIZE + 64];
+  char label[512], what[600]; /* a name longer than 511 bytes is cut */
 
   lua_checkstack(L, 8);
   lua_pushvalue(t->co, -1);
