@@ -321,8 +321,10 @@ static void close_state(luna__mod *m) {
   luna__guard_begin_close(m->L);
   lua_pushcfunction(m->L, cancel_all);
   if (lua_pcall(m->L, 0, 0, 0) != LUA_OK) {
+    /* Outside any budget: no __tostring of the mod's may run here. */
     luna__mods_report(m->set, m->man.name, "cancelling its tasks failed: %s",
-                      luna_lua_tostring(m->L, -1));
+                      lua_type(m->L, -1) == LUA_TSTRING ? lua_tostring(m->L, -1)
+                                                       : "(not a string)");
     m->errors_before++;
   }
   lua_settop(m->L, base);
