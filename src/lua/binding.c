@@ -127,6 +127,7 @@ static int tostring_protected(lua_State *L) {
 }
 
 LUNA_API const char *luna_lua_tostring(lua_State *L, int idx) {
+  int st;
   if (L == NULL)
     return NULL;
   idx = lua_absindex(L, idx);
@@ -136,12 +137,9 @@ LUNA_API const char *luna_lua_tostring(lua_State *L, int idx) {
   }
   lua_pushcfunction(L, tostring_protected);
   lua_pushvalue(L, idx);
-  switch (lua_pcall(L, 1, 1, 0)) {
-  case LUA_OK:
-    break;
-  case LUA_ERRMEM: /* its message, a string, is all that can be said */
-    break;
-  default:
+  st = lua_pcall(L, 1, 1, 0);
+  /* Out of memory, the error is Lua's message, a string: all there is to say. */
+  if (st != LUA_OK && st != LUA_ERRMEM) {
     lua_pop(L, 1);
     lua_pushfstring(L, "(a %s value whose __tostring failed)", luaL_typename(L, idx));
   }
