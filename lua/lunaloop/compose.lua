@@ -310,14 +310,13 @@ local function scope_watch(s, child)
   if s.count == 0 and s.waiting then wake(s.owner) end
 end
 
--- Registers a child: listed, then watched; counted only once its watcher
--- exists, so a watcher that cannot be made (out of memory) leaves no count
--- that nothing would bring down.
+-- Lists a child and makes its watcher (not started), or raises (out of
+-- memory) having made no watcher: the caller counts the child only once
+-- its watcher exists, so no count is left that nothing would bring down.
 local function scope_add(s, child)
   s.children[child] = true
   s.order[#s.order + 1] = child
-  spawn(scope_watch, s, child)
-  s.count = s.count + 1
+  return new_task(scope_watch, s, child)
 end
 
 --- scope:spawn(fn, ...) -> Task: starts a child of the scope. Any task may
@@ -328,11 +327,13 @@ function ScopeMethods:spawn(fn, ...)
   if not self.open then error("scope:spawn: the scope has ended", 2) end
   if self.failing then error("scope:spawn: the scope has failed", 2) end
   local child = new_task(fn, ...)
-  local ok, err = pcall(scope_add, self, child)
+  local ok, w = pcall(scope_add, self, child)
   if not ok then
     cancel(child) -- created, never to start
-    error(err, 0)
+    error(w, 0)
   end
+  self.count = self.count + 1
+  start(w)
   if self.declared then I.depend_one(self.owner, child) end
   start(child)
   return child
