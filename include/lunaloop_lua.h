@@ -64,7 +64,10 @@ LUNA_API luna_loop *luna_lua_loop(lua_State *L);
    task in reports ("main" for a script's main chunk). Called from a C
    function that a task runs, the new task runs nested, as with task.spawn.
    Returns 0, or LUNA_EINVAL (nothing popped) when the value is not a
-   function or there is no binding. */
+   function or there is no binding. Creating the task allocates: out of
+   memory (or a state that is closing) raises a Lua error, so call it from
+   a protected call (lua_pcall of a C function) when the state may run
+   short, as the mods do. */
 LUNA_API int luna_lua_spawn(lua_State *L, int nargs, const char *name);
 
 /* Tasks alive (created and not yet settled) in L. */

@@ -83,6 +83,14 @@ typedef struct luna_mods_config {
   void *print_ud;
   luna_mods_report_fn report; /* NULL: "lunaloop: mod 'name': message" on stderr */
   void *report_ud;
+  lua_Alloc alloc;            /* NULL: realloc and free. The allocator under
+                                 every mod state's capped one (it sees only
+                                 the requests within the cap); called on the
+                                 loop thread. A refusal (NULL for a growth)
+                                 is out of memory for that mod, never for
+                                 the host: see docs/modding.md, "Crashes
+                                 and out-of-memory" */
+  void *alloc_ud;
 } luna_mods_config;
 
 /* What luna_mods_get_info tells about one mod. The strings belong to the set

@@ -9,15 +9,24 @@
 -- the Tasks or host Promises they were given: a watcher awaits a Promise
 -- with await_promise, which unlike task.await does not give the promise up
 -- when the watcher is cancelled.
+--
+-- Every function this code calls is captured here, when it loads: the
+-- libraries (string, table, math) and the module table are shared with the
+-- state's own code (a mod's, in a sandbox), which may replace their fields;
+-- that must not change how a combinator, a scope or a channel behaves. The
+-- objects made here (Scope, Channel) have protected metatables whose
+-- __index is a methods table that nothing hands out.
 local M, I = ...
 
 local spawn, await, cancel, current = M.spawn, M.await, M.cancel, M.current
-local is_cancelled = M.is_cancelled
+local delay, is_cancelled = M.delay, M.is_cancelled
 local suspend, wake = I.suspend, I.wake
 local new_task, start, is_task = I.new_task, I.start, I.is_task
 local is_promise, await_promise = I.is_promise, I.await_promise
 local pack, unpack, select, type, error, pcall = table.pack, table.unpack, select, type, error, pcall
-local setmetatable, tostring = setmetatable, tostring
+local setmetatable, tostring, ipairs = setmetatable, tostring, ipairs
+local format, math_type, huge = string.format, math.type, math.huge
+local metatable = I.metatable -- getmetatable without __metatable
 
 local getinfo = debug and debug.getinfo
 local awaits = I.awaits
@@ -32,10 +41,10 @@ local function argerror(fname, n, msg, level)
   if ar and ar.namewhat == "method" then
     n = n - 1
     if n == 0 then
-      error(("calling '%s' on bad self (%s)"):format(fname, msg), level + 1)
+      error(format("calling '%s' on bad self (%s)", fname, msg), level + 1)
     end
   end
-  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), level + 1)
+  error(format("bad argument #%d to '%s' (%s)", n, fname, msg), level + 1)
 end
 
 -- A number as messages show it: NaN reads "nan" whatever its sign bit
@@ -48,8 +57,19 @@ local function check_seconds(fname, n, s)
   if type(s) ~= "number" then
     argerror(fname, n, "number expected, got " .. (s == nil and "no value" or type(s)), 3)
   end
-  if s ~= s or s < 0 or s == math.huge then
+  if s ~= s or s < 0 or s == huge then
     argerror(fname, n, "expected a finite, non-negative number of seconds, got " .. number_text(s), 3)
+  end
+end
+
+-- Replaces the function inputs by tasks made of them (not started).
+local function make_children(tasks, children, n)
+  for i = 1, n do
+    if type(tasks[i]) == "function" then
+      local c = new_task(tasks[i])
+      tasks[i] = c
+      children[#children + 1] = c
+    end
   end
 end
 
@@ -81,12 +101,14 @@ local function collect(fname, ...)
       if st == "done" or st == "failed" or st == "cancelled" then handled[x] = true end
     end
   end
-  for i = 1, n do
-    if type(tasks[i]) == "function" then
-      local c = new_task(tasks[i])
-      tasks[i] = c
-      children[#children + 1] = c
+  local ok, err = pcall(make_children, tasks, children, n)
+  if not ok then
+    -- Out of memory: the children made so far must not stay created and
+    -- never started. They replaced the function inputs in `tasks`.
+    for i = 1, n do
+      if type(select(i, ...)) == "function" and is_task(tasks[i]) then cancel(tasks[i]) end
     end
+    error(err, 0)
   end
   return tasks, children, n, handled
 end
@@ -122,16 +144,28 @@ end
 -- A watcher awaits one input and hands the outcome to `notify`.
 local function watcher(x, i, notify) notify(i, pcall(await_input, x)) end
 
--- Starts watching `tasks` and the children; returns the watcher list.
-local function watch_all(tasks, n, children, notify)
-  local watchers = {}
-  for i = 1, n do watchers[i] = spawn(watcher, tasks[i], i, notify) end
-  for _, c in ipairs(children) do start(c) end
-  return watchers
-end
-
 local function cancel_all(list)
   for _, t in ipairs(list) do cancel(t) end
+end
+
+-- Starts watching `tasks` and the children; returns the watcher list. When
+-- a watcher cannot be made (out of memory), what was made is cancelled, the
+-- children too (none may stay created and never started), and the error
+-- goes on.
+local function spawn_watchers(watchers, tasks, n, notify)
+  for i = 1, n do watchers[i] = spawn(watcher, tasks[i], i, notify) end
+end
+
+local function watch_all(tasks, n, children, notify)
+  local watchers = {}
+  local ok, err = pcall(spawn_watchers, watchers, tasks, n, notify)
+  if not ok then
+    cancel_all(watchers)
+    cancel_all(children)
+    error(err, 0)
+  end
+  for _, c in ipairs(children) do start(c) end
+  return watchers
 end
 
 -- Suspends the calling task until done() is true; a raising wait (the task
@@ -233,7 +267,7 @@ function M.timeout(seconds, fn, ...)
     end
   end
   local w = spawn(function() settle(pack(pcall(await_input, child))) end)
-  local timer = spawn(function() M.delay(seconds); settle("timeout") end)
+  local timer = spawn(function() delay(seconds); settle("timeout") end)
   if own then start(child) end
   local waits <close> = declare_waits(me, {child})
   local ok, err = wait_for(state, function() return outcome ~= nil end)
@@ -249,9 +283,8 @@ end
 
 -- Scopes -----------------------------------------------------------------
 
-local Scope = {}
-Scope.__index = Scope
-Scope.__name = "lunaloop.Scope"
+local ScopeMethods = {}
+local Scope = {__index = ScopeMethods, __name = "lunaloop.Scope", __metatable = "lunaloop.Scope"}
 
 local function cancel_children(s)
   -- in creation order; cancelling wakes their watchers, which count down
@@ -277,25 +310,37 @@ local function scope_watch(s, child)
   if s.count == 0 and s.waiting then wake(s.owner) end
 end
 
+-- Lists a child and makes its watcher (not started), or raises (out of
+-- memory) having made no watcher: the caller counts the child only once
+-- its watcher exists, so no count is left that nothing would bring down.
+local function scope_add(s, child)
+  s.children[child] = true
+  s.order[#s.order + 1] = child
+  return new_task(scope_watch, s, child)
+end
+
 --- scope:spawn(fn, ...) -> Task: starts a child of the scope. Any task may
 -- call it while the scope is open; it raises once the scope failed or ended.
-function Scope:spawn(fn, ...)
-  if getmetatable(self) ~= Scope then argerror("spawn", 1, "expected a Scope") end
+function ScopeMethods:spawn(fn, ...)
+  if metatable(self) ~= Scope then argerror("spawn", 1, "expected a Scope") end
   if type(fn) ~= "function" then argerror("spawn", 2, "expected a function, got " .. type(fn)) end
   if not self.open then error("scope:spawn: the scope has ended", 2) end
   if self.failing then error("scope:spawn: the scope has failed", 2) end
   local child = new_task(fn, ...)
-  self.children[child] = true
-  self.order[#self.order + 1] = child
-  if self.declared then I.depend_one(self.owner, child) end
+  local ok, w = pcall(scope_add, self, child)
+  if not ok then
+    cancel(child) -- created, never to start
+    error(w, 0)
+  end
   self.count = self.count + 1
-  spawn(scope_watch, self, child)
+  start(w)
+  if self.declared then I.depend_one(self.owner, child) end
   start(child)
   return child
 end
 
 function Scope:__tostring()
-  return ("Scope(%d children, %s)"):format(self.count,
+  return format("Scope(%d children, %s)", self.count,
     not self.open and "ended" or self.failing and "failing" or "open")
 end
 
@@ -373,27 +418,27 @@ local function next_waiting(q)
   end
 end
 
-local Channel = {}
-Channel.__index = Channel
-Channel.__name = "lunaloop.Channel"
+local ChannelMethods = {}
+local Channel = {__index = ChannelMethods, __name = "lunaloop.Channel",
+  __metatable = "lunaloop.Channel"}
 
 --- task.channel([capacity]) -> Channel: a FIFO between tasks. No capacity:
 -- unbounded; 0: a rendezvous (send waits for a receiver).
 function M.channel(capacity)
   if capacity ~= nil then
-    if math.type(capacity) ~= "integer" or capacity < 0 then
+    if math_type(capacity) ~= "integer" or capacity < 0 then
       local got = type(capacity) == "number" and number_text(capacity) or type(capacity)
       argerror("channel", 1, "expected a non-negative integer capacity, got " .. got)
     end
   else
-    capacity = math.huge
+    capacity = huge
   end
   return setmetatable({cap = capacity, buf = queue(), recvq = queue(), sendq = queue(),
     closed = false}, Channel)
 end
 
 local function check_channel(ch, fname)
-  if getmetatable(ch) ~= Channel then argerror(fname, 1, "expected a Channel (use ch:" .. fname .. ")", 3) end
+  if metatable(ch) ~= Channel then argerror(fname, 1, "expected a Channel (use ch:" .. fname .. ")", 3) end
 end
 
 -- Hands v to the first waiting receiver; false when none waits.
@@ -408,7 +453,7 @@ end
 --- ch:send(v): puts v in the channel; awaits while a bounded channel is full
 -- (a rendezvous waits for a receiver). Raises on a closed channel, also when
 -- the channel is closed while waiting. v must not be nil.
-function Channel:send(v)
+function ChannelMethods:send(v)
   check_channel(self, "send")
   if v == nil then argerror("send", 2, "channel values cannot be nil") end
   if self.closed then error("send on a closed channel", 2) end
@@ -429,7 +474,7 @@ end
 
 --- ch:receive() -> v | nil, "closed": takes the oldest value; awaits while
 -- the channel is empty. Once closed and drained it returns nil, "closed".
-function Channel:receive()
+function ChannelMethods:receive()
   check_channel(self, "receive")
   if qlen(self.buf) > 0 then
     local v = shift(self.buf)
@@ -467,7 +512,7 @@ end
 
 --- ch:close(): no more sends. Waiting receivers get nil, "closed"; waiting
 -- senders raise. Buffered values can still be received.
-function Channel:close()
+function ChannelMethods:close()
   check_channel(self, "close")
   if self.closed then return end
   self.closed = true
@@ -482,14 +527,14 @@ function Channel:close()
 end
 
 --- ch:len() -> values buffered; ch:is_closed() -> boolean.
-function Channel:len()
+function ChannelMethods:len()
   check_channel(self, "len")
   return qlen(self.buf)
 end
-function Channel:is_closed()
+function ChannelMethods:is_closed()
   check_channel(self, "is_closed")
   return self.closed
 end
 function Channel:__tostring()
-  return ("Channel(%d buffered%s)"):format(qlen(self.buf), self.closed and ", closed" or "")
+  return format("Channel(%d buffered%s)", qlen(self.buf), self.closed and ", closed" or "")
 end

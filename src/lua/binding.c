@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "binding.h"
+#include "guard.h"
 #include "lunaloop_lua.h"
+#include "promise.h"
 
 /* Registry keys: the addresses of these statics are unique in the process. */
 static const char binding_key = 'b';
@@ -125,6 +127,7 @@ static int tostring_protected(lua_State *L) {
 }
 
 LUNA_API const char *luna_lua_tostring(lua_State *L, int idx) {
+  int st;
   if (L == NULL)
     return NULL;
   idx = lua_absindex(L, idx);
@@ -134,7 +137,9 @@ LUNA_API const char *luna_lua_tostring(lua_State *L, int idx) {
   }
   lua_pushcfunction(L, tostring_protected);
   lua_pushvalue(L, idx);
-  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+  st = lua_pcall(L, 1, 1, 0);
+  /* Out of memory, the error is Lua's message, a string: all there is to say. */
+  if (st != LUA_OK && st != LUA_ERRMEM) {
     lua_pop(L, 1);
     lua_pushfstring(L, "(a %s value whose __tostring failed)", luaL_typename(L, idx));
   }
@@ -154,9 +159,62 @@ static void default_report(lua_State *L, int err_idx, int tb_idx, const char *wh
   fflush(stderr);
 }
 
+/* The report of last resort, when there is not even the memory to call
+   the error handler: the guard's report (guard.h) or a line on stderr.
+   Allocates nothing in Lua. */
+static void report_without_lua(luna__binding *b, lua_State *L, int err_idx, const char *what) {
+  const char *msg = lua_type(L, err_idx) == LUA_TSTRING ? lua_tostring(L, err_idx) : NULL;
+  if (b->report_fallback != NULL) {
+    b->report_fallback(b->report_fallback_ud, what, msg);
+    return;
+  }
+  fprintf(stderr, "lunaloop: %s failed: %s\n", what,
+          msg != NULL ? msg : "(an error value, not shown: not enough memory)");
+  fflush(stderr);
+}
+
+typedef struct report_args {
+  luna__binding *b;
+  const char *what;
+} report_args;
+
+/* luna__report's work, in protected mode: (args, err, traceback | nil,
+   task | nil). */
+static int report_protected(lua_State *L) {
+  report_args *a = (report_args *)lua_touserdata(L, 1);
+  luna__binding *b = a->b;
+  int st;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &handler_key);
+  if (!lua_isfunction(L, -1)) {
+    default_report(L, 2, 3, a->what);
+    return 0;
+  }
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, 3);
+  lua_pushvalue(L, 4);
+  lua_pushstring(L, a->what); /* the default report's subject */
+  LUNA__OBSERVE(b, on_call, L, true);
+  st = lua_pcall(L, 4, 0, 0);
+  LUNA__OBSERVE(b, on_call, L, false);
+  /* A cancellation raised by the handler (task.exit there, or it
+     cancelled the task it runs in) is no failure of the handler: it saw
+     the error; the task it cancelled unwinds at its next await. */
+  if (st == LUA_ERRMEM) {
+    report_without_lua(b, L, 2, a->what);
+  } else if (st != LUA_OK && !luna__is_cancel_error(L, -1)) {
+    fprintf(stderr, "lunaloop: error handler failed: %s\n", luna_lua_tostring(L, -1));
+    lua_pop(L, 2);
+    default_report(L, 2, 3, a->what);
+  }
+  return 0;
+}
+
 void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
                   int task_idx, const char *what) {
-  int top = lua_gettop(L), st;
+  int top = lua_gettop(L);
+  report_args a;
+  a.b = b;
+  a.what = what;
   err_idx = lua_absindex(L, err_idx);
   if (tb_idx != 0)
     tb_idx = lua_absindex(L, tb_idx);
@@ -170,36 +228,35 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
      callback after it on L in the same frame, would raise "interrupted"
      too ("error handler failed: interrupted"). */
   luna__drop_interrupt_hook(L);
-  if (!lua_checkstack(L, 6)) /* the handler and its four arguments: only */
-    return;                  /* short when memory is exhausted; counted */
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &handler_key);
-  if (lua_isfunction(L, -1)) {
-    lua_pushvalue(L, err_idx);
-    if (tb_idx != 0)
-      lua_pushvalue(L, tb_idx);
-    else
-      lua_pushnil(L);
-    if (task_idx != 0)
-      lua_pushvalue(L, task_idx);
-    else
-      lua_pushnil(L);
-    lua_pushstring(L, what); /* the default report's subject */
-    LUNA__OBSERVE(b, on_call, L, true);
-    st = lua_pcall(L, 4, 0, 0);
-    LUNA__OBSERVE(b, on_call, L, false);
-    /* A cancellation raised by the handler (task.exit there, or it
-       cancelled the task it runs in) is no failure of the handler: it saw
-       the error; the task it cancelled unwinds at its next await. */
-    if (st != LUA_OK && !luna__is_cancel_error(L, -1)) {
-      fprintf(stderr, "lunaloop: error handler failed: %s\n",
-              luna_lua_tostring(L, -1));
-      lua_pop(L, 2);
-      default_report(L, err_idx, tb_idx, what);
-    }
-  } else {
-    default_report(L, err_idx, tb_idx, what);
+  /* Callers run outside any protected call (loop callbacks), so all that
+     allocates runs in one: a state out of memory still gets its report,
+     through report_without_lua. */
+  if (!lua_checkstack(L, 10)) {
+    report_without_lua(b, L, err_idx, what);
+    return;
   }
+  lua_pushcfunction(L, report_protected);
+  lua_pushlightuserdata(L, &a);
+  lua_pushvalue(L, err_idx);
+  if (tb_idx != 0)
+    lua_pushvalue(L, tb_idx);
+  else
+    lua_pushnil(L);
+  if (task_idx != 0)
+    lua_pushvalue(L, task_idx);
+  else
+    lua_pushnil(L);
+  if (lua_pcall(L, 4, 0, 0) != LUA_OK)
+    report_without_lua(b, L, err_idx, what);
   lua_settop(L, top);
+}
+
+void luna__guard_set_report(lua_State *L, luna__guard_report_fn fn, void *ud) {
+  luna__binding *b = luna__get_binding(L);
+  if (b != NULL) {
+    b->report_fallback = fn;
+    b->report_fallback_ud = ud;
+  }
 }
 
 /* task.on_error(fn | nil) -> previous handler (nil for the default). */
@@ -546,17 +603,15 @@ static void on_loop_event(luna_loop *loop, luna_event event, void *ud) {
   }
 }
 
-/* __gc of the binding: the state is closing. Tasks are cancelled first (their
-   to-be-closed variables run while the state is still whole), then every
-   continuation that points into this state is purged from the loop. */
-static int binding_gc(lua_State *L) {
-  luna__binding *b = (luna__binding *)lua_touserdata(L, 1);
-  if (b->closing)
-    return 0;
+/* Takes the state off the loop without running Lua code and frees the
+   binding's C arrays: callbacks removed, unsettled tasks abandoned (their
+   to-be-closed variables do not run), continuations purged. What remains
+   for the state's own close is Lua memory only. Idempotent. */
+static void detach(luna__binding *b) {
   b->closing = true;
   if (b->loop != NULL) {
-    b->exec_L = b->L;
-    detach_work(b);
+    luna__remove_all_handles(b);
+    luna__abandon_all(b);
     luna_purge(b->loop, owned_continuation, b);
     luna_loop_remove_listener(b->loop, on_loop_event, b);
     if (b->owns_loop)
@@ -566,15 +621,70 @@ static int binding_gc(lua_State *L) {
   luna__ring_free(b, &b->ready);
   luna__ring_free(b, &b->cancels);
   luna__anchors_free(b);
+}
+
+/* Cancels the state's tasks and removes its callbacks, in protected mode:
+   (binding) -> nothing. */
+static int detach_work_protected(lua_State *L) {
+  detach_work((luna__binding *)lua_touserdata(L, 1));
   return 0;
+}
+
+/* __gc of the binding: the state is closing. Tasks are cancelled first (their
+   to-be-closed variables run while the state is whole), in a protected call
+   (a state out of memory may not get through them all); then everything
+   that points into this state leaves the loop, whatever the cancellations
+   managed. From the start, new work is refused (luna__new_task). */
+static int binding_gc(lua_State *L) {
+  luna__binding *b = (luna__binding *)lua_touserdata(L, 1);
+  b->closing = true;
+  if (b->loop != NULL) {
+    b->exec_L = b->L;
+    lua_pushcfunction(L, detach_work_protected);
+    lua_pushlightuserdata(L, b);
+    (void)lua_pcall(L, 1, 0, 0); /* what it did not finish, detach abandons */
+    lua_settop(L, 1);
+  }
+  detach(b);
+  return 0;
+}
+
+void luna__guard_begin_close(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  if (b != NULL)
+    b->closing = true;
+}
+
+bool luna__guard_closing(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  return b != NULL && b->closing;
+}
+
+void luna__guard_detach(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  if (b == NULL)
+    return;
+  luna__promise_detach(L);
+  detach(b);
+}
+
+/* Sets the table on top of L's __metatable field to its own __name, so
+   getmetatable gives that name and setmetatable refuses to change it: no
+   code of the state can give a binding object a __gc or another
+   behaviour. The binding's own checks read the metatable raw. */
+void luna__protect_metatable(lua_State *L) {
+  lua_getfield(L, -1, "__name");
+  lua_setfield(L, -2, "__metatable");
 }
 
 static void new_error_metatables(lua_State *L) {
   luaL_newmetatable(L, LUNA__CANCEL_MT);
   lua_pushliteral(L, "task cancelled");
   lua_setfield(L, -2, "__tostring");
+  luna__protect_metatable(L);
   lua_pop(L, 1);
   luaL_newmetatable(L, LUNA__TIMEOUT_MT);
+  luna__protect_metatable(L);
   lua_pop(L, 1);
   /* The cancellation error is one shared value: comparing with it is how
      is_cancelled and the runtime recognise it. Its message is its __tostring. */
@@ -590,7 +700,9 @@ static int cancel_tostring(lua_State *L) {
   return 1;
 }
 
-/* Creates the binding of L on `loop`. */
+/* Creates the binding of L on `loop`. Everything that may raise (a memory
+   error) comes first; the loop learns of the binding last, so that a raise
+   never leaves the loop a listener into a binding nothing keeps. */
 static int create_binding(lua_State *L, luna_loop *loop, bool owns) {
   luna__binding *b;
   int rc;
@@ -604,15 +716,7 @@ static int create_binding(lua_State *L, luna_loop *loop, bool owns) {
   b->L = lua_tothread(L, -1);
   lua_pop(L, 1);
   b->exec_L = b->L;
-  b->loop = loop;
-  b->owns_loop = owns;
   b->exit_code = -1;
-  luna__tune_loop(loop);
-  rc = luna_loop_add_listener(loop, on_loop_event, b);
-  if (rc != 0) {
-    lua_pop(L, 1);
-    return rc;
-  }
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, binding_gc);
   lua_setfield(L, -2, "__gc");
@@ -623,6 +727,15 @@ static int create_binding(lua_State *L, luna_loop *loop, bool owns) {
   lua_pushcfunction(L, cancel_tostring);
   lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
+  luna__tune_loop(loop);
+  rc = luna_loop_add_listener(loop, on_loop_event, b);
+  if (rc != 0) {
+    lua_pushnil(L); /* forgotten: its __gc finds no loop */
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &binding_key);
+    return rc;
+  }
+  b->loop = loop;
+  b->owns_loop = owns;
   return 0;
 }
 

@@ -210,7 +210,8 @@ struct luna__binding {
                             through on.ready.next, when it could not grow;
                             never non-empty while the ring has room */
   bool owns_loop;
-  bool closing;
+  bool closing;          /* the state is closing (its __gc, or the guard's
+                            begin_close): new work is refused */
   size_t ntasks;         /* live (unsettled) tasks */
   uint64_t next_id;
   /* what keeps unsettled tasks alive (task.c) */
@@ -245,6 +246,8 @@ struct luna__binding {
                               (src/mods/budget.c): a guarded xpcall lets it
                               through without calling the handler */
   /* reporting and exit */
+  void (*report_fallback)(void *ud, const char *what, const char *message);
+  void *report_fallback_ud; /* the guard's report of last resort (guard.h) */
   uint64_t errors;
   bool exit_requested;
   int exit_code;
@@ -323,6 +326,11 @@ lua_State *luna__push_coroutine(lua_State *L);
 #define luna__close_thread(co, from) ((void)(from), lua_resetthread(co))
 #endif
 
+/* Protects the metatable on top of L (made by luaL_newmetatable): its
+   __metatable is its __name. Every metatable of an object the binding
+   hands out gets it. */
+void luna__protect_metatable(lua_State *L);
+
 /* Pushes the cancellation error value. */
 void luna__push_cancel_error(lua_State *L);
 bool luna__is_cancel_error(lua_State *L, int idx);
@@ -379,6 +387,19 @@ int luna__start_at(luna__binding *b, luna__task *t, luna_timing timing);
 void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool is_error);
 /* Makes a (suspending on task.await) the last awaiter of target. */
 void luna__link_awaiter(luna__task *a, luna__task *target);
+/* What the binding must have before any loop callback runs, since those run
+   outside every protected call (raises a memory error on L). Called once,
+   when the module opens: the ready ring's first room (the spill list behind
+   the ring, ready_push, is drained only through a ring that has room, so a
+   wake-up must never meet a ring that could not grow from nothing) and the
+   bare-yield error's text. */
+void luna__preallocate(lua_State *L, luna__binding *b);
+
+/* Pushes Lua's "not enough memory" message without allocating: the state
+   made it at creation and never collects it (lstate.c, memerrmsg), and a
+   short string that exists is found, not made. For the few places that
+   must put an error value somewhere outside any protected call. */
+#define LUNA__PUSH_MEMERR(L) lua_pushliteral((L), "not enough memory")
 /* Frees a ring's array (the binding is closing). */
 void luna__ring_free(luna__binding *b, luna__ring *r);
 /* Resumes the ready queue if nothing else is resuming. */
@@ -390,6 +411,12 @@ void luna__cancel(luna__binding *b, luna__task *t);
 void luna__interrupt(luna__binding *b, luna__task *t);
 /* Cancels every live task in creation order. Returns how many. */
 size_t luna__cancel_all(luna__binding *b);
+/* The state is closing and its cancellations did not all run: every task
+   still unsettled is disarmed and settled as cancelled without being
+   resumed. Runs no Lua code, allocates nothing. */
+void luna__abandon_all(luna__binding *b);
+/* The error of work refused because the state is closing. */
+#define LUNA__CLOSING_MSG "lunaloop: the Lua state is closing (no new tasks or callbacks)"
 
 /* Walks the unsettled tasks in creation order, without a list of their own
    (task.c): luna__begin_walk sorts the anchor table by id, in place (it

@@ -6,6 +6,7 @@
 ** callback that raises is removed and its error reported (task nil).
 */
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "binding.h"
@@ -69,11 +70,11 @@ static void end_call(luna__binding *b, luna__handle *h) {
    traceback stored aside by the message handler), and removes h. */
 static void report_failure(luna__binding *b, luna__handle *h, lua_State *L) {
   lua_Debug ar;
-  const char *what = "callback";
+  char what[LUA_IDSIZE + 32] = "callback"; /* built in C: this runs unprotected */
   int err = lua_gettop(L);
   luna__push_last_traceback(L);
   if (lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref) == LUA_TFUNCTION && lua_getinfo(L, ">S", &ar))
-    what = lua_pushfstring(L, "callback %s:%d", ar.short_src, ar.linedefined);
+    snprintf(what, sizeof what, "callback %s:%d", ar.short_src, ar.linedefined);
   luna__report(b, L, err, err + 1, 0, what);
   deactivate(b, h, true);
 }
@@ -270,8 +271,8 @@ void luna__every_cb(luna_loop *loop, void *arg) {
   h->calls_due = due;
   /* Re-arm before the call, so that remove() inside it cancels the timer. */
   if (arm_every(b, h) != 0) {
-    lua_pushliteral(L, "task.every: cannot re-arm the timer: out of memory");
-    luna__report(b, L, -1, 0, 0, "callback");
+    LUNA__PUSH_MEMERR(L); /* this runs unprotected: an error that needs no memory */
+    luna__report(b, L, -1, 0, 0, "task.every (re-arming its timer)");
     lua_settop(L, top);
     deactivate(b, h, false);
     return;
@@ -302,7 +303,10 @@ static int l_handle_tostring(lua_State *L) {
 
 /* Creates a handle for the function at index 2, pushed on L. */
 static luna__handle *new_handle(lua_State *L, luna__binding *b, int kind, luna_timing timing) {
-  luna__handle *h = (luna__handle *)lua_newuserdatauv(L, sizeof *h, 1);
+  luna__handle *h;
+  if (b->closing)
+    luaL_error(L, LUNA__CLOSING_MSG);
+  h = (luna__handle *)lua_newuserdatauv(L, sizeof *h, 1);
   memset(h, 0, sizeof *h);
   h->b = b;
   h->kind = (uint8_t)kind;
@@ -314,13 +318,28 @@ static luna__handle *new_handle(lua_State *L, luna__binding *b, int kind, luna_t
   return h;
 }
 
-/* Registers an armed handle (on top of L) with the binding. */
-static void register_handle(lua_State *L, luna__binding *b, luna__handle *h) {
-  h->active = true;
+/* Takes the registry references of the handle on top of L: the handle's
+   and its function's. Done before the handle is armed, since it may raise
+   a memory error: the loop must never hold a handle that nothing keeps
+   alive (its state would free it under a timer or an item). */
+static void reference_handle(lua_State *L, luna__handle *h) {
   lua_pushvalue(L, -1);
   h->ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_getiuservalue(L, -1, 1);
   h->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+/* Raises "<what>: <error of rc>" for a handle that could not be armed,
+   letting go of its references first. */
+static int arm_failed(lua_State *L, luna__binding *b, luna__handle *h, const char *what, int rc) {
+  release(b, h);
+  return luaL_error(L, "%s: %s", what, luna_strerror(rc));
+}
+
+/* Registers an armed, referenced handle (on top of L) with the binding.
+   Allocates nothing. */
+static void register_handle(luna__binding *b, luna__handle *h) {
+  h->active = true;
   h->next = b->handles;
   if (b->handles != NULL)
     b->handles->prev = h;
@@ -378,10 +397,11 @@ static int l_on(lua_State *L) {
   check_priority(L, 3, &opts);
   lua_settop(L, 2);
   h = new_handle(L, b, HANDLE_ON, timing);
+  reference_handle(L, h);
   rc = luna_item_add_ex(b->loop, timing, callback_step, h, &opts, &h->item);
   if (rc != 0)
-    return luaL_error(L, "task.on: %s", luna_strerror(rc));
-  register_handle(L, b, h);
+    return arm_failed(L, b, h, "task.on", rc);
+  register_handle(b, h);
   return 1;
 }
 
@@ -435,10 +455,11 @@ static int l_every(lua_State *L) {
   h->anchor = now;
   if (spread)
     h->anchor = now - (luna_ns)(spread_fraction(b->spread_seq++) * (double)interval);
+  reference_handle(L, h);
   rc = arm_every(b, h);
   if (rc != 0)
-    return luaL_error(L, "task.every: %s", luna_strerror(rc));
-  register_handle(L, b, h);
+    return arm_failed(L, b, h, "task.every", rc);
+  register_handle(b, h);
   return 1;
 }
 
@@ -459,6 +480,7 @@ static const luaL_Reg callback_funcs[] = {{"on", l_on}, {"every", l_every}, {NUL
 void luna__open_callbacks(lua_State *L) {
   luaL_newmetatable(L, LUNA__HANDLE_MT);
   luaL_setfuncs(L, handle_meta, 0);
+  luna__protect_metatable(L);
   luaL_newlib(L, handle_methods);
   lua_setfield(L, -2, "__index");
   lua_pop(L, 1);

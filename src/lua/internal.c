@@ -160,6 +160,14 @@ static int l_undepend(lua_State *L) {
   return 0;
 }
 
+/* metatable(x) -> x's metatable, even a protected one (getmetatable would
+   give its __metatable field): how compose.lua knows its own objects. */
+static int l_metatable(lua_State *L) {
+  if (!lua_getmetatable(L, 1))
+    lua_pushnil(L);
+  return 1;
+}
+
 /* is_task(x) -> boolean */
 static int l_is_task(lua_State *L) {
   lua_pushboolean(L, luna__test_task(L, 1) != NULL);
@@ -178,6 +186,7 @@ static const luaL_Reg internal_funcs[] = {
     {"report", l_report},
     {"timeout_error", l_timeout_error},
     {"is_task", l_is_task},
+    {"metatable", l_metatable},
     {"awaits", l_awaits},
     {"depend", l_depend},
     {"depend_one", l_depend_one},

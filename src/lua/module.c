@@ -353,6 +353,7 @@ int luna__open_module(lua_State *L, luna__binding *b) {
     return 1;
   lua_pop(L, 1);
   luna__open_task(L);
+  luna__preallocate(L, b);
   /* The Task metatable at index 2 of the anchor thread, for luna__new_task */
   lua_settop(b->anchor_L, 1);
   luaL_getmetatable(L, LUNA__TASK_MT);

@@ -328,25 +328,42 @@ static void give_up(lua_State *L, int ud, luna__pud *pud) {
   wake_waiters(L, ud, pud);
 }
 
-/* Calls the host's push callback in protected mode: (p) -> values. */
-static int call_push(lua_State *L) {
+/* Builds the outcome of a completion, in protected mode: (p) -> the
+   rejection's message, or a table of the values the host's push callback
+   pushed (with n). Raises what the push callback raised, or a memory error:
+   either is then the outcome, a failure. */
+static int build_outcome(lua_State *L) {
   luna_promise *p = (luna_promise *)lua_touserdata(L, 1);
-  int base, n;
-  lua_settop(L, 0);
-  base = lua_gettop(L);
-  n = p->push(L, p->data);
-  if (n < 0 || n > lua_gettop(L) - base)
-    return luaL_error(L, "promise push callback returned %d but pushed %d values", n,
-                      lua_gettop(L) - base);
-  return n;
+  int i, n = 0;
+  lua_settop(L, 1);
+  if (p->reject) {
+    lua_pushstring(L, p->message);
+    return 1;
+  }
+  if (p->push != NULL) {
+    n = p->push(L, p->data);
+    if (n < 0 || n > lua_gettop(L) - 1)
+      return luaL_error(L, "promise push callback returned %d but pushed %d values", n,
+                        lua_gettop(L) - 1);
+    lua_settop(L, n + 1);
+  }
+  lua_createtable(L, n, 1);
+  lua_insert(L, 2);
+  for (i = n; i >= 1; i--)
+    lua_rawseti(L, 2, i);
+  lua_pushinteger(L, n);
+  lua_setfield(L, 2, "n");
+  return 1;
 }
 
 /* The completion arrived (loop thread, at the promise's timing): store the
-   outcome in the Promise, free the payload, wake the awaiters. */
+   outcome in the Promise, free the payload, wake the awaiters. This runs
+   in a loop callback, outside any protected call: what allocates runs in
+   build_outcome's. */
 static void settle(luna__pud *pud) {
   luna_promise *p = pud->p;
   lua_State *L = luna__exec_state(pud->b);
-  int top = lua_gettop(L), ud;
+  int top = lua_gettop(L), ud, st;
   lua_checkstack(L, 8);
   if (!push_ud(L, pud)) {
     /* Unreachable, finalizer pending: its __gc lets go of the C side. */
@@ -354,30 +371,10 @@ static void settle(luna__pud *pud) {
     return;
   }
   ud = lua_gettop(L);
-  if (p->reject) {
-    lua_pushstring(L, p->message);
-    pud->status = P_FAILED;
-  } else if (p->push == NULL) {
-    lua_createtable(L, 0, 1);
-    lua_pushinteger(L, 0);
-    lua_setfield(L, -2, "n");
-    pud->status = P_DONE;
-  } else {
-    lua_pushcfunction(L, call_push);
-    lua_pushlightuserdata(L, p);
-    if (lua_pcall(L, 1, LUA_MULTRET, 0) == LUA_OK) {
-      int i, n = lua_gettop(L) - ud;
-      lua_createtable(L, n, 1);
-      lua_insert(L, ud + 1);
-      for (i = n; i >= 1; i--)
-        lua_rawseti(L, ud + 1, i);
-      lua_pushinteger(L, n);
-      lua_setfield(L, -2, "n");
-      pud->status = P_DONE;
-    } else {
-      pud->status = P_FAILED; /* the push raised: that error is the outcome */
-    }
-  }
+  lua_pushcfunction(L, build_outcome);
+  lua_pushlightuserdata(L, p);
+  st = lua_pcall(L, 1, 1, 0);
+  pud->status = st == LUA_OK && !p->reject ? P_DONE : P_FAILED;
   lua_setiuservalue(L, ud, 1);
   discard_payload(p);
   let_go(pud, false);
@@ -424,17 +421,30 @@ static void hub_event(luna_loop *loop, luna_event event, void *ud) {
     h->loop = NULL;
 }
 
+static void hub_detach(hub *h);
+
 /* The state closes. Its Promises were finalized first (they are younger),
    so the list is normally empty already. */
 static int hub_gc(lua_State *L) {
-  hub *h = (hub *)lua_touserdata(L, 1);
+  hub_detach((hub *)lua_touserdata(L, 1));
+  return 0;
+}
+
+void luna__promise_detach(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hub_key) == LUA_TUSERDATA)
+    hub_detach((hub *)lua_touserdata(L, -1));
+  lua_pop(L, 1);
+}
+
+/* Lets go of every pending Lua side and leaves the loop. Runs no Lua code
+   and allocates nothing. */
+static void hub_detach(hub *h) {
   while (h->first != NULL)
     let_go(h->first, true);
   if (h->loop != NULL) {
     luna_loop_remove_listener(h->loop, hub_event, h);
     h->loop = NULL;
   }
-  return 0;
 }
 
 static void open_metatable(lua_State *L);
@@ -665,6 +675,7 @@ static const luaL_Reg promise_meta[] = {
 static void open_metatable(lua_State *L) {
   if (luaL_newmetatable(L, LUNA__PROMISE_MT)) {
     luaL_setfuncs(L, promise_meta, 0);
+    luna__protect_metatable(L);
     luaL_newlib(L, promise_methods);
     lua_setfield(L, -2, "__index");
   }

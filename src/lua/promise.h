@@ -33,6 +33,11 @@ int luna__await_promise(lua_State *L, int idx, bool direct);
 int luna__l_is_promise(lua_State *L);
 int luna__l_watch_promise(lua_State *L);
 
+/* Lets go of every Promise of L's state that waits for its result and
+   takes the state's promise hub off the loop (the state closes). Runs no
+   Lua code and allocates nothing. */
+void luna__promise_detach(lua_State *L);
+
 /* Promises allocated and not yet freed in this process (tests use it to
    check that nothing leaked, also under ThreadSanitizer). */
 long luna__promise_live_count(void);

@@ -9,6 +9,7 @@
 ** and cancel returns after its target unwound, as the design requires.
 */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -329,23 +330,31 @@ static void disarm(luna__binding *b, luna__task *t) {
    nothing changed, when it is full and cannot grow (the state's allocator
    refused: a mod at its memory cap). Never raises: it runs in the loop's
    callbacks, where no Lua error handler is active. */
+static bool ring_push(luna__binding *b, luna__ring *r, luna__task *t);
+
+/* Doubles the ring's room (64 to begin with); false, and nothing changed,
+   when the allocator refuses. */
+static bool ring_grow(luna__binding *b, luna__ring *r) {
+  size_t cap = r->cap ? r->cap * 2 : 64;
+  void *ud;
+  lua_Alloc alloc = lua_getallocf(b->L, &ud);
+  luna__task **a = (luna__task **)alloc(ud, NULL, 0, cap * sizeof *a);
+  size_t i;
+  if (a == NULL)
+    return false;
+  for (i = 0; i < r->count; i++)
+    a[i] = r->a[(r->head + i) % r->cap];
+  if (r->a != NULL)
+    alloc(ud, r->a, r->cap * sizeof *a, 0);
+  r->a = a;
+  r->cap = cap;
+  r->head = 0;
+  return true;
+}
+
 static bool ring_push(luna__binding *b, luna__ring *r, luna__task *t) {
-  if (r->count == r->cap) {
-    size_t cap = r->cap ? r->cap * 2 : 64;
-    void *ud;
-    lua_Alloc alloc = lua_getallocf(b->L, &ud);
-    luna__task **a = (luna__task **)alloc(ud, NULL, 0, cap * sizeof *a);
-    size_t i;
-    if (a == NULL)
-      return false;
-    for (i = 0; i < r->count; i++)
-      a[i] = r->a[(r->head + i) % r->cap];
-    if (r->a != NULL)
-      alloc(ud, r->a, r->cap * sizeof *a, 0);
-    r->a = a;
-    r->cap = cap;
-    r->head = 0;
-  }
+  if (r->count == r->cap && !ring_grow(b, r))
+    return false;
   r->a[(r->head + r->count) % r->cap] = t;
   r->count++;
   return true;
@@ -404,9 +413,13 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
     luna__task *a = t->aw_head->on.await.next; /* the first */
     unlink_awaiter(a); /* O(1): its predecessor is the last */
     a->wait = LUNA__W_NONE;
-    if (t->state == LUNA__DONE) {
+    if (t->state == LUNA__DONE && !lua_checkstack(a->co, lua_gettop(t->co))) {
+      /* No room for the results (memory): the awaiter gets that error. */
+      LUNA__PUSH_MEMERR(a->co);
+      a->on.ready.nresume = 1;
+      a->resume_error = true;
+    } else if (t->state == LUNA__DONE) {
       int i, n = lua_gettop(t->co);
-      lua_checkstack(a->co, n);
       for (i = 1; i <= n; i++) {
         lua_pushvalue(t->co, i);
         lua_xmove(t->co, a->co, 1);
@@ -424,23 +437,26 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
   }
 }
 
-/* The label of a task for reports: its name, or "<source>:<line>" of the
-   function at the bottom of its coroutine. Pushed on L. */
-static void push_label(lua_State *L, luna__task *t, int task_idx) {
+/* The label of a task for reports, written into buf: its name, or
+   "<source>:<line>" of the function at the bottom of its coroutine, or
+   "#<id>". Allocates nothing in Lua (it runs outside any protected call). */
+static void task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size) {
   lua_Debug ar;
   int level = 0;
   luna__push_name(L, task_idx);
-  if (lua_type(L, -1) == LUA_TSTRING)
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    snprintf(buf, size, "%s", lua_tostring(L, -1));
+    lua_pop(L, 1);
     return;
+  }
   lua_pop(L, 1);
   while (lua_getstack(t->co, level + 1, &ar))
     level++;
   if (lua_getstack(t->co, level, &ar) && lua_getinfo(t->co, "S", &ar) &&
-      ar.linedefined > 0) {
-    lua_pushfstring(L, "%s:%d", ar.short_src, ar.linedefined);
-    return;
-  }
-  lua_pushfstring(L, "#%I", (lua_Integer)t->id);
+      ar.linedefined > 0)
+    snprintf(buf, size, "%s:%d", ar.short_src, ar.linedefined);
+  else
+    snprintf(buf, size, "#%llu", (unsigned long long)t->id);
 }
 
 /* Settles t: status, unlink, wake awaiters, release. The outcome is on t->co:
@@ -484,8 +500,10 @@ static int traceback_of(lua_State *L) {
    (a cancellation it makes while another unwinds is queued), and
    task.current() is t. An interrupt stops the handler it lands in and
    lets the next one run (luna__closing). The save and restore follow
-   resume()'s, which also counts and observes. Returns
-   luna__close_thread's status. */
+   resume()'s. The handlers are the task's code, so they run as a call the
+   observers see (on_call on t's coroutine): a mod's budget and memory cap
+   bound them as they bound the task's body. Returns luna__close_thread's
+   status. */
 static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
   luna__task *outer = b->current, *outer_task = luna__running_task;
   lua_State *outer_running = luna__running, *outer_closing = luna__closing;
@@ -495,7 +513,9 @@ static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
   luna__running_task = t;
   luna__running = t->co;
   b->depth++;
+  LUNA__OBSERVE(b, on_call, t->co, true);
   st = luna__close_thread(t->co, L);
+  LUNA__OBSERVE(b, on_call, t->co, false);
   b->depth--;
   b->current = outer;
   luna__closing = outer_closing;
@@ -509,7 +529,8 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   int top = lua_gettop(L);
   bool cancelled;
   bool awaited = t->aw_head != NULL;
-  int err, tb, label, task_idx;
+  int err, tb, task_idx;
+  char label[512], what[600]; /* a name longer than 511 bytes is cut */
 
   lua_checkstack(L, 8);
   lua_pushvalue(t->co, -1);
@@ -542,8 +563,7 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   tb = lua_gettop(L);
   luna__push_task(L, t);
   task_idx = lua_gettop(L);
-  push_label(L, t, task_idx);
-  label = lua_gettop(L);
+  task_label(L, t, task_idx, label, sizeof label);
 
   /* Runs the __close handlers with the error. One that raises replaces the
      error in stock Lua; here the task keeps its first error (so awaiters
@@ -558,9 +578,8 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
     /* A cancellation (Ctrl-C in a handler, a handler cancelling its own
        task) is not reported; the task ends cancelled, below. */
     if (!lua_rawequal(L, -1, err) && !luna__is_cancel_error(L, -1)) {
-      lua_pushfstring(L, "to-be-closed variable of task %s", lua_tostring(L, label));
-      luna__report(b, L, -2, 0, task_idx, lua_tostring(L, -1));
-      lua_pop(L, 1);
+      snprintf(what, sizeof what, "to-be-closed variable of task %s", label);
+      luna__report(b, L, -1, 0, task_idx, what);
     }
     lua_pop(L, 1);
   }
@@ -569,9 +588,8 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   if (t->cancel_requested && !cancelled) {
     /* It raised something else while being cancelled: it still ends
        cancelled, and that error is not lost. */
-    lua_pushfstring(L, "task %s", lua_tostring(L, label));
-    luna__report(b, L, err, tb, task_idx, lua_tostring(L, -1));
-    lua_pop(L, 1);
+    snprintf(what, sizeof what, "task %s", label);
+    luna__report(b, L, err, tb, task_idx, what);
     cancelled = true;
   }
   if (cancelled) {
@@ -584,8 +602,8 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
     lua_xmove(L, t->co, 2);
     settle(b, t, LUNA__FAILED);
     if (!awaited) {
-      lua_pushfstring(L, "task %s", lua_tostring(L, label));
-      luna__report(b, L, err, tb, task_idx, lua_tostring(L, -1));
+      snprintf(what, sizeof what, "task %s", label);
+      luna__report(b, L, err, tb, task_idx, what);
     }
   }
   lua_settop(L, top);
@@ -628,11 +646,20 @@ static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
    could raise its error: the body was coroutine.yield itself, or C
    functions only (task.spawn(pcall, coroutine.yield)). It fails with
    that error all the same. Returns the status to settle with. */
+static const char bare_yield_key = 'y'; /* registry: BARE_YIELD_MSG, made at open */
+
 static LUNA__NOINLINE int bare_yield_ended(luna__binding *b, luna__task *t) {
   lua_sethook(t->co, b->bare_prev.hook, b->bare_prev.mask, b->bare_prev.count);
   lua_settop(t->co, 0);
-  lua_pushliteral(t->co, BARE_YIELD_MSG);
+  lua_rawgetp(t->co, LUA_REGISTRYINDEX, &bare_yield_key); /* allocates nothing */
   return LUA_ERRRUN;
+}
+
+void luna__preallocate(lua_State *L, luna__binding *b) {
+  if (b->ready.cap == 0 && !ring_grow(b, &b->ready))
+    luaL_error(L, "not enough memory");
+  lua_pushliteral(L, BARE_YIELD_MSG);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &bare_yield_key);
 }
 
 /* Arms bare_yield_hook on t's coroutine, keeping the hook it replaces. */
@@ -782,6 +809,8 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   luna__task *t;
   lua_State *co;
   int i;
+  if (b->closing)
+    luaL_error(L, LUNA__CLOSING_MSG);
   fn_idx = lua_absindex(L, fn_idx);
   t = (luna__task *)lua_newuserdatauv(L, sizeof *t, 1);
   memset(t, 0, sizeof *t);
@@ -995,6 +1024,31 @@ size_t luna__cancel_all(luna__binding *b) {
   }
   luna__end_walk(b);
   return nested ? b->ntasks : n;
+}
+
+void luna__abandon_all(luna__binding *b) {
+  int slot;
+  b->ready.count = 0;
+  b->ready.head = 0;
+  b->ready_spill = b->ready_spill_tail = NULL;
+  b->cancels.count = 0;
+  b->cancels.head = 0;
+  for (slot = 1; slot <= b->nslots; slot++) {
+    luna__task *t = luna__walk_task(b, slot);
+    if (t == NULL || LUNA__SETTLED(t))
+      continue;
+    disarm(b, t);
+    t->aw_head = NULL; /* its awaiters are abandoned too */
+    t->cancel_requested = true;
+    t->state = LUNA__CANCELLED;
+    b->ntasks--;
+    /* The outcome a settled task keeps: [error, traceback]. A task that is
+       not running has room for two values (it suspended in a C function,
+       or has not started). */
+    lua_settop(t->co, 0);
+    luna__push_cancel_error(t->co);
+    lua_pushnil(t->co);
+  }
 }
 
 void luna__drop_continuation(luna__task *t) {

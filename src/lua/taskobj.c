@@ -119,6 +119,7 @@ static const luaL_Reg task_meta[] = {
 int luna__open_task(lua_State *L) {
   luaL_newmetatable(L, LUNA__TASK_MT);
   luaL_setfuncs(L, task_meta, 0);
+  luna__protect_metatable(L);
   luaL_newlib(L, task_methods);
   lua_pushcclosure(L, l_index, 1);
   lua_setfield(L, -2, "__index");

@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "guard.h"
 #include "mods.h"
 
 #define MAX_DEPTH 100
@@ -647,6 +648,8 @@ static int l_send(lua_State *L) {
   const char *topic = check_topic(L, "mods.send", &topic_len);
   char *data;
   const char *full = bus_full(m->set, m, 0);
+  if (luna__guard_closing(L)) /* a dying state reaches no other mod */
+    return luaL_error(L, "mods.send: the mod is being unloaded");
   if (full != NULL) /* before copying anything */
     return luaL_error(L, "mods.send: %s", full);
   data = luna__copy_out(L, 2, m->set->cfg.message_limit, &len, "mods.send");
@@ -715,7 +718,7 @@ static int l_subscribe(lua_State *L) {
   const char *topic = check_topic(L, "mods.subscribe", &len), *why;
   sub *s;
   luaL_checktype(L, 2, LUA_TFUNCTION);
-  if (m->closing) /* its index nodes are dropped as its state closes */
+  if (luna__guard_closing(L)) /* its index nodes are dropped as its state closes */
     return luaL_error(L, "mods.subscribe: the mod is being unloaded");
   lua_settop(L, 2);
   s = (sub *)lua_newuserdatauv(L, sizeof *s, 2); /* 3 */
@@ -844,6 +847,8 @@ int luna__open_mods_module(lua_State *L) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, &subs_key);
   luaL_newmetatable(L, SUB_MT);
   luaL_setfuncs(L, sub_meta, 0);
+  lua_pushliteral(L, SUB_MT); /* protected: getmetatable gives its name */
+  lua_setfield(L, -2, "__metatable");
   luaL_newlib(L, sub_methods);
   lua_setfield(L, -2, "__index");
   lua_pop(L, 1);

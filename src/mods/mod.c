@@ -11,6 +11,7 @@
 #include <lualib.h>
 
 #include "binding.h"
+#include "guard.h"
 #include "mods.h"
 
 /* Registry keys of the handlers a mod registers (set in bus.c). */
@@ -51,31 +52,38 @@ luna__mod *luna__mod_of(lua_State *L) {
   return (luna__mod *)ud;
 }
 
-/* The lua_Alloc of a mod. While its code runs (inside a budget context) it
-   refuses to grow past mem_limit; between runs, when the binding does its
-   own bookkeeping (a failed task's traceback, cancellations at unload), it
-   allows 1/8 more, so that bookkeeping right after "not enough memory" does
-   not fail unprotected (which would panic the host). A refusal is not yet
-   an overrun: Lua answers most of them with an emergency collection and a
+/* The lua_Alloc of a mod. While its code runs (inside a budget context:
+   every resume, callback, handler and __close handler, also those run by
+   the cancellations at unload) it refuses to grow past mem_limit; between
+   runs, when only the binding's own bookkeeping runs (a failed task's
+   traceback and report), it allows 1/8 more. That margin is comfort, not
+   safety: all that bookkeeping runs in protected calls, so a refusal there
+   too ends in a report (the guard's report of last resort at worst), never
+   in a panic; no code of the mod ever runs in it. A refusal is not yet an
+   overrun: Lua answers most of them with an emergency collection and a
    retry. The overrun is counted when a task or callback fails with "not
-   enough memory" (report_error). */
+   enough memory" (report_error, report_without_memory). */
 void *luna__mod_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   luna__mod *m = (luna__mod *)ud;
+  lua_Alloc host = m->set->cfg.alloc;
+  size_t tag = osize;
   void *p;
   if (ptr == NULL)
     osize = 0; /* osize then tells the kind of object, not a size */
   if (nsize == 0) {
-    free(ptr);
+    if (host != NULL)
+      host(m->set->cfg.alloc_ud, ptr, tag, 0);
+    else
+      free(ptr);
     m->mem_used -= osize;
     return NULL;
   }
   if (nsize > osize) {
-    bool strict = m->mem_strict && !m->closing;
-    size_t cap = strict ? m->mem_limit : m->mem_limit + m->mem_limit / 8;
+    size_t cap = m->mem_strict ? m->mem_limit : m->mem_limit + m->mem_limit / 8;
     if (m->mem_used + m->host_bytes + (nsize - osize) > cap)
       return NULL;
   }
-  p = realloc(ptr, nsize);
+  p = host != NULL ? host(m->set->cfg.alloc_ud, ptr, tag, nsize) : realloc(ptr, nsize);
   if (p == NULL)
     return NULL;
   m->mem_used = m->mem_used - osize + nsize;
@@ -199,6 +207,16 @@ static int report_error(lua_State *L) {
   return 0;
 }
 
+/* The binding's report of last resort (guard.h): a report that could not
+   reach report_error for lack of memory. */
+static void report_without_memory(void *ud, const char *what, const char *message) {
+  luna__mod *m = (luna__mod *)ud;
+  if (message != NULL && strcmp(message, "not enough memory") == 0)
+    luna__mod_overrun(m, true);
+  luna__mods_report(m->set, m->man.name, "%s failed: %s", what,
+                    message != NULL ? message : "not enough memory to show its error");
+}
+
 int luna__l_mod_on_error(lua_State *L) {
   if (!lua_isnoneornil(L, 1))
     luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -232,6 +250,7 @@ static int setup(lua_State *L) {
   if (rc != 0)
     return luaL_error(L, "cannot attach the loop: %s", luna_strerror(rc));
   luna__budget_install(m);
+  luna__guard_set_report(L, report_without_memory, m);
   /* The default error handler names the mod. */
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   lua_getfield(L, -1, "lunaloop");
@@ -301,11 +320,16 @@ static int cancel_all(lua_State *L) {
   return 0;
 }
 
-/* Closes m's state. Its tasks are cancelled first, in a protected call
+/* Closes m's state. From the start the binding refuses new work (tasks,
+   callbacks, subscriptions, sends): nothing the dying mod does reaches the
+   loop or the bus. Its tasks are cancelled first, in a protected call
    while the state is whole, so that what goes wrong in their to-be-closed
    variables (an error, "not enough memory", the budget) is reported and
-   counted in m->errors_before like any other error; lua_close would do the
-   same cancellations, but after the count had been taken. */
+   counted in m->errors_before like any other error; each cancellation is a
+   resume with its budget and the strict memory cap. Then the guard takes
+   whatever is left off the loop without running Lua code (cancellations
+   that could not run for lack of memory), so lua_close runs no mod code:
+   its finalizers run with hooks off, where no budget could stop them. */
 static void close_state(luna__mod *m) {
   int base;
   if (m->L == NULL)
@@ -313,19 +337,21 @@ static void close_state(luna__mod *m) {
   base = lua_gettop(m->L);
   m->running++;
   m->set->busy++;
-  m->closing = true;
+  luna__guard_begin_close(m->L);
   lua_pushcfunction(m->L, cancel_all);
   if (lua_pcall(m->L, 0, 0, 0) != LUA_OK) {
+    /* Outside any budget: no __tostring of the mod's may run here. */
     luna__mods_report(m->set, m->man.name, "cancelling its tasks failed: %s",
-                      luna_lua_tostring(m->L, -1));
+                      lua_type(m->L, -1) == LUA_TSTRING ? lua_tostring(m->L, -1)
+                                                       : "(not a string)");
     m->errors_before++;
   }
   lua_settop(m->L, base);
   m->set->busy--;
+  luna__guard_detach(m->L);
   m->errors_before += luna_lua_error_count(m->L);
   luna__topics_forget(m->set, m); /* its subscriptions go with the state */
   lua_close(m->L);
-  m->closing = false;
   m->running--;
   m->L = NULL;
   m->binding = NULL; /* freed with the state */

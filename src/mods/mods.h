@@ -60,7 +60,6 @@ struct luna__mod {
                                  against mem_limit with mem_used */
   size_t queued, queued_bytes; /* its share of the bus: messages waiting */
   bool mem_strict;            /* refuse past mem_limit (inside a context) */
-  bool closing;               /* lua_close runs: the lenient cap applies */
   /* instruction budget (budget.c) */
   uint64_t budget;            /* the limit per context */
   uint64_t used;              /* instructions counted in this context */

@@ -26,9 +26,15 @@
 ** - coroutine.resume/close accept only coroutines made by the sandbox's
 **   coroutine.create/wrap (not a task's coroutine, which only the scheduler
 **   may resume), and every coroutine gets the budget hook;
-** - the task module without step, run, exit, set_budget and debug (the
-**   loop, its budgets and profiling belong to the host), time_scale
-**   read-only, and on_error's handler called by the set's own handler.
+** - the task module is built from an allowed list (task_allowed: no step,
+**   run, exit, set_budget or debug, since the loop, its budgets and
+**   profiling belong to the host), time_scale read-only, and on_error's
+**   handler called by the set's own handler;
+** - every object the binding hands out has a protected metatable
+**   (__metatable is its name) whose methods are out of reach, and the
+**   binding's Lua code captured the functions it calls when it loaded, so
+**   rewriting string, table or math changes nothing but the mod's own code
+**   (tests/mods/test_sandbox.c enumerates everything a mod can reach).
 */
 #define _XOPEN_SOURCE 700 /* PATH_MAX */
 #include <limits.h>
@@ -258,7 +264,10 @@ static int l_setmetatable(lua_State *L) {
   if (luaL_getmetafield(L, 1, "__metatable") != LUA_TNIL)
     return luaL_error(L, "cannot change a protected metatable");
   if (t == LUA_TTABLE) {
-    if (lua_getfield(L, 2, "__gc") != LUA_TNIL)
+    /* Raw, as Lua looks it up when it marks the table for finalization
+       (only here: a __gc added to mt later is never called). */
+    lua_pushliteral(L, "__gc");
+    if (lua_rawget(L, 2) != LUA_TNIL)
       return luaL_error(L, "setmetatable: __gc metamethods are not allowed in mods "
                            "(use a to-be-closed variable or on_unload)");
     lua_pop(L, 1);
@@ -384,17 +393,29 @@ static int l_time_scale(lua_State *L) {
   return 1;
 }
 
-static void restrict_task_module(lua_State *L) {
-  static const char *const removed[] = {"step", "run", "exit", "set_budget", "debug", NULL};
-  int i;
-  for (i = 0; removed[i] != NULL; i++) {
-    lua_pushnil(L);
-    lua_setfield(L, -2, removed[i]);
-  }
+/* The task module as mods see it: a new table with exactly these fields of
+   the lunaloop module (the loop, its budgets and its profiling belong to
+   the host: step, run, exit, set_budget and debug are not here), then
+   time_scale read-only and on_error's handler called by the set's own. A
+   field the binding adds later stays out until it is listed here. */
+static const char *const task_allowed[] = {
+    "spawn", "defer", "spawn_at", "cancel", "current", "is_cancelled", "is_timeout",
+    "frame", "time", "delta_time", "yield", "next_frame", "delay_frame", "delay",
+    "wait_until", "wait_while", "await", "on", "every", "list", "stats", "when_all",
+    "when_any", "timeout", "scope", "channel", "timings", "version", NULL};
+
+static void copy_fields(lua_State *L, int from, const char *const *names);
+
+/* Replaces the lunaloop module on top of L by the mods' task module. */
+static void build_task_module(lua_State *L) {
+  int module = lua_gettop(L);
+  lua_newtable(L);
+  copy_fields(L, module, task_allowed);
   lua_pushcfunction(L, l_time_scale);
   lua_setfield(L, -2, "time_scale");
   lua_pushcfunction(L, luna__l_mod_on_error);
   lua_setfield(L, -2, "on_error");
+  lua_replace(L, module);
 }
 
 /* ---- building the environment ------------------------------------------------------------ */
@@ -510,7 +531,7 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   lua_getfield(L, -1, "lunaloop");
   lua_remove(L, -2);
-  restrict_task_module(L);
+  build_task_module(L);
   lua_setfield(L, S, "task");
   luna__open_mods_module(L);
   /* Also in the registry's loaded table (out of a mod's reach), where

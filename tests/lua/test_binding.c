@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +66,53 @@ static void closing_a_state_cancels_only_its_tasks(void **state) {
   assert_int_equal(luna_loop_frame(loop, 0.016), 0);
   assert_int_equal(global_int(b, "ticks"), 3);
   lua_close(b);
+  luna_loop_free(loop);
+}
+
+/* What note() was called with, across a lua_close. */
+static char g_notes[512];
+
+static int l_note(lua_State *L) {
+  size_t n = strlen(g_notes);
+  snprintf(g_notes + n, sizeof g_notes - n, "%s\n", luaL_checkstring(L, 1));
+  return 0;
+}
+
+/* A state that is closing takes no new work: the to-be-closed handlers its
+   cancellations run could start tasks or callbacks that the loop would
+   hold after the state is gone (or, in a mod, run with no budget). spawn,
+   defer, task.on and task.every raise; cancelling and reading still work. */
+static void closing_a_state_refuses_new_work(void **state) {
+  luna_loop *loop;
+  lua_State *a;
+  (void)state;
+  g_notes[0] = '\0';
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  a = new_state(loop);
+  lua_register(a, "note", l_note);
+  run(a, "local function try(what, fn, ...)\n"
+         "  local ok, err = pcall(fn, ...)\n"
+         "  note(what .. ' ' .. tostring(ok) .. ' ' .. tostring(err))\n"
+         "end\n"
+         "other = task.spawn(function() task.delay(100) end)\n"
+         "task.spawn(function()\n"
+         "  local r <close> = setmetatable({}, {__close = function()\n"
+         "    try('spawn', task.spawn, function() end)\n"
+         "    try('defer', task.defer, function() end)\n"
+         "    try('on', task.on, function() end)\n"
+         "    try('every', task.every, 1, function() end)\n"
+         "    try('cancel', task.cancel, other)\n"
+         "  end})\n"
+         "  task.delay(100)\n"
+         "end)\n");
+  lua_close(a);
+  assert_string_equal(g_notes,
+                      "spawn false lunaloop: the Lua state is closing (no new tasks or callbacks)\n"
+                      "defer false lunaloop: the Lua state is closing (no new tasks or callbacks)\n"
+                      "on false lunaloop: the Lua state is closing (no new tasks or callbacks)\n"
+                      "every false lunaloop: the Lua state is closing (no new tasks or callbacks)\n"
+                      "cancel true nil\n");
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0); /* nothing of a is left */
   luna_loop_free(loop);
 }
 
@@ -405,6 +453,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(closing_a_state_cancels_only_its_tasks),
       cmocka_unit_test(cancel_all_runs_close_handlers_with_cancellation),
+      cmocka_unit_test(closing_a_state_refuses_new_work),
       cmocka_unit_test(freeing_the_loop_first_cancels_tasks_and_module_reports_it),
       cmocka_unit_test(spawn_from_c_and_counts),
       cmocka_unit_test(spawn_from_c_with_many_arguments),
