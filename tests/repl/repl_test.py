@@ -486,6 +486,9 @@ def case_ctrl_c_at_the_prompt_leaves_background_work_alone():
         t0 = ticks_now(s)
         for i in range(1, 9):
             s.type("x = %d" % i)
+            # The terminal raises SIGINT when ^C is typed, before the REPL
+            # has read the bytes typed ahead of it: wait for their echo.
+            s.wait_for(lambda t: t.endswith("> x = %d" % i), what="x = %d echoed" % i)
             s.type("\x03")
             s.wait_for(lambda t: t.endswith("> x = %d^C\n>" % i), what="Ctrl-C %d cleared the line" % i)
         enter(s, "x")
