@@ -122,6 +122,8 @@ struct luna__task {
       luna__task *target; /* the task awaited */
       luna__task *next;   /* the next of target's awaiters (a ring) */
     } await;            /* LUNA__W_TASK */
+    uint32_t holders;   /* FAILED: awaiters woken with its error that have
+                           neither raised nor dropped it yet (task.c) */
   } on;
   luna__task *aw_head;  /* the last of the tasks awaiting this one: a ring
                            through their on.await.next, in order from
@@ -457,8 +459,12 @@ void luna__anchors_free(luna__binding *b);
 /* Pushes the task's userdata while it is anchored (not settled, or still
    held by a continuation); nil once released. */
 void luna__push_task(lua_State *L, luna__task *t);
-/* Pushes the results of a settled task: true + values when done, or false +
-   error. Returns the count pushed. */
+/* True when t has an outcome to read: it settled, or its cancellation is
+   queued behind one unwinding (it reads "cancelled" already, and its
+   outcome can only be the cancellation error). */
+bool luna__has_outcome(const luna__task *t);
+/* Pushes the outcome of a task with one (luna__has_outcome): true + values
+   when done, or false + error. Returns the count pushed. */
 int luna__push_result(lua_State *L, luna__task *t);
 const char *luna__status_name(const luna__task *t);
 int luna__open_task(lua_State *L);

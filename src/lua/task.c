@@ -407,8 +407,15 @@ static luna__task *ready_pop(luna__binding *b) {
 
 /* ---- settling ---------------------------------------------------------------------- */
 
+/* The values an awaiter is woken with when the task it awaited failed:
+   the failed Task and the error (wake_awaiters). No other wake-up raises
+   two values. */
+#define LUNA__FAILURE_NRESUME 2
+
 /* Moves copies of the settled task's outcome onto the awaiter and queues it. */
 static void wake_awaiters(luna__binding *b, luna__task *t) {
+  if (t->state == LUNA__FAILED)
+    t->on.holders = 0;
   while (t->aw_head != NULL) {
     luna__task *a = t->aw_head->on.await.next; /* the first */
     unlink_awaiter(a); /* O(1): its predecessor is the last */
@@ -426,6 +433,18 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
       }
       a->on.ready.nresume = n;
       a->resume_error = false;
+    } else if (t->state == LUNA__FAILED && lua_checkstack(a->co, 2)) {
+      /* [the failed Task, its error]: await_k raises the error on top; the
+         Task below it marks a failure handed over, which is reported if
+         the awaiter loses this wake-up before it could raise it
+         (take_failure). (Without room for two values, memory being
+         short, the error alone, as for a cancellation.) */
+      luna__push_task(a->co, t);
+      lua_pushvalue(t->co, 1);
+      lua_xmove(t->co, a->co, 1);
+      a->on.ready.nresume = LUNA__FAILURE_NRESUME;
+      a->resume_error = true;
+      t->on.holders++;
     } else {
       lua_pushvalue(t->co, 1);
       lua_xmove(t->co, a->co, 1);
@@ -457,6 +476,38 @@ static void task_label(lua_State *L, luna__task *t, int task_idx, char *buf, siz
     snprintf(buf, size, "%s:%d", ar.short_src, ar.linedefined);
   else
     snprintf(buf, size, "#%llu", (unsigned long long)t->id);
+}
+
+/* t is READY and about to lose its wake-up (it is cancelled or interrupted
+   before it resumed). Pops the values it was woken with. When they carry
+   the failure of a task it awaited and every other awaiter woken with it
+   has dropped it too, nobody will raise that failure: it is moved to L as
+   [Task, error] for report_failure, and true is returned. (An awaiter that
+   resumed raised it: the count then never reaches zero.) */
+static bool take_failure(luna__task *t, lua_State *L) {
+  luna__task *failed = NULL;
+  if (t->resume_error && t->on.ready.nresume == LUNA__FAILURE_NRESUME)
+    failed = luna__test_task(t->co, -2);
+  if (failed != NULL && --failed->on.holders == 0 && lua_checkstack(L, 2)) {
+    lua_xmove(t->co, L, 2);
+    return true;
+  }
+  lua_pop(t->co, t->on.ready.nresume);
+  return false;
+}
+
+/* Reports the failure take_failure moved to the top of L, and pops it. */
+static void report_failure(luna__binding *b, lua_State *L) {
+  luna__task *failed = luna__test_task(L, -2);
+  int top = lua_gettop(L);
+  char label[512], what[600]; /* as finish_error's */
+  lua_checkstack(L, 3);
+  lua_pushvalue(failed->co, 2); /* the traceback: FAILED keeps [error, traceback] */
+  lua_xmove(failed->co, L, 1);
+  task_label(L, failed, top - 1, label, sizeof label);
+  snprintf(what, sizeof what, "task %s", label);
+  luna__report(b, L, top, top + 1, top - 1, what);
+  lua_settop(L, top - 2);
 }
 
 /* Settles t: status, unlink, wake awaiters, release. The outcome is on t->co:
@@ -528,7 +579,6 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   lua_State *L = luna__exec_state(b);
   int top = lua_gettop(L);
   bool cancelled;
-  bool awaited = t->aw_head != NULL;
   int err, tb, task_idx;
   char label[512], what[600]; /* a name longer than 511 bytes is cut */
 
@@ -600,6 +650,11 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
     lua_pushvalue(L, err);
     lua_pushvalue(L, tb);
     lua_xmove(L, t->co, 2);
+    /* Whether anyone will raise the error is decided now, after the
+       __close handlers ran: one may have cancelled the only awaiter (an
+       awaiter cancelled later, before it resumed, reports it itself:
+       take_failure). */
+    bool awaited = t->aw_head != NULL;
     settle(b, t, LUNA__FAILED);
     if (!awaited) {
       snprintf(what, sizeof what, "task %s", label);
@@ -922,16 +977,19 @@ static void cancel_one(luna__binding *b, luna__task *t) {
     settle(b, t, LUNA__CANCELLED);
     break;
   case LUNA__SUSPENDED:
-  case LUNA__READY:
-    if (t->state == LUNA__READY)
-      lua_pop(t->co, t->on.ready.nresume);
+  case LUNA__READY: {
+    lua_State *L = luna__exec_state(b);
+    bool failure = t->state == LUNA__READY && take_failure(t, L);
     disarm(b, t);
     t->cancel_requested = true;
     luna__push_cancel_error(t->co);
     t->resume_error = true;
     t->on.ready.nresume = 1;
     resume(b, t, 1);
+    if (failure) /* after t unwound: the handler sees settled state */
+      report_failure(b, L);
     break;
+  }
   case LUNA__RUNNING:
     /* It unwinds when control comes back to it: at its next await, or when
        the call that resumed another task returns (luna__check_cancelled). */
@@ -980,12 +1038,16 @@ void luna__interrupt(luna__binding *b, luna__task *t) {
     luna__push_cancel_error(t->co);
     luna__wake(b, t, t->co, 1, true);
     break;
-  case LUNA__READY: /* already queued: replace what it was woken with */
-    lua_pop(t->co, t->on.ready.nresume);
+  case LUNA__READY: { /* already queued: replace what it was woken with */
+    lua_State *L = luna__exec_state(b);
+    bool failure = take_failure(t, L);
     luna__push_cancel_error(t->co);
     t->on.ready.nresume = 1;
     t->resume_error = true;
+    if (failure)
+      report_failure(b, L);
     break;
+  }
   case LUNA__RUNNING:
   case LUNA__PENDING:
     t->interrupt = true;
@@ -1058,7 +1120,16 @@ void luna__drop_continuation(luna__task *t) {
 
 /* ---- results ------------------------------------------------------------------------ */
 
+bool luna__has_outcome(const luna__task *t) {
+  return LUNA__SETTLED(t) || (t->cancel_requested && t->state != LUNA__RUNNING);
+}
+
 int luna__push_result(lua_State *L, luna__task *t) {
+  if (!LUNA__SETTLED(t)) { /* a queued cancellation (luna__has_outcome) */
+    lua_pushboolean(L, 0);
+    luna__push_cancel_error(L);
+    return 2;
+  }
   if (t->state == LUNA__DONE) {
     int i, n = lua_gettop(t->co);
     luaL_checkstack(L, n + 1, "too many results");

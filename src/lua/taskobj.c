@@ -12,11 +12,12 @@ static int l_status(lua_State *L) {
   return 1;
 }
 
-/* t:result() -> true, ... when done; false, err when failed or cancelled.
+/* t:result() -> true, ... when done; false, err when failed or cancelled
+   (also when its cancellation is queued and it reads "cancelled" already).
    Raises when the task has not settled yet. */
 static int l_result(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
-  if (!LUNA__SETTLED(t))
+  if (!luna__has_outcome(t))
     return luaL_error(L, "task has not settled (status '%s'); await it instead",
                       luna__status_name(t));
   return luna__push_result(L, t);
