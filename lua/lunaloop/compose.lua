@@ -18,7 +18,7 @@
 -- __index is a methods table that nothing hands out.
 local M, I = ...
 
-local spawn, await, cancel, current = M.spawn, M.await, M.cancel, M.current
+local spawn, await, current = M.spawn, M.await, M.current
 local delay, is_cancelled = M.delay, M.is_cancelled
 local suspend, wake = I.suspend, I.wake
 local new_task, start, is_task = I.new_task, I.start, I.is_task
@@ -62,6 +62,35 @@ local function check_seconds(fname, n, s)
   end
 end
 
+-- A combinator's run: the watchers and children it started, and what the
+-- calling task waits on meanwhile (declare). finish() undoes it all; the
+-- run is also closed on every way out (a raising start or wait,
+-- cancellation included). It cancels with I.cancel, which never raises
+-- the caller's own cancellation: a child's __close handler may cancel the
+-- caller, and every other child must still be cancelled.
+local function finish(r)
+  if r.done then return end
+  r.done = true
+  for _, t in ipairs(r.watchers) do I.cancel(t) end
+  for _, t in ipairs(r.children) do I.cancel(t) end
+  I.undepend(r.me)
+end
+local Run = {__close = finish}
+
+local function begin(me, children)
+  return setmetatable({me = me, watchers = {}, children = children, done = false}, Run)
+end
+
+-- Declares, for the await-cycle search (cycles.c), that the caller waits
+-- on `waits_on`: after the watchers were spawned and before any child
+-- runs, so a child that awaits the caller at once closes a cycle. Not when
+-- the watchers already decided the outcome (a settled Task given): the
+-- caller will not wait, and its children are only started to be
+-- cancelled.
+local function declare(r, waits_on, decided)
+  if not decided then I.depend(r.me, waits_on) end
+end
+
 -- Replaces the function inputs by tasks made of them (not started).
 local function make_children(tasks, children, n)
   for i = 1, n do
@@ -75,7 +104,9 @@ end
 
 -- Checks the inputs (Tasks, Promises or functions) and the await context, then turns
 -- functions into children: created now (not started), started by the
--- caller once watched, so no child can fail unwatched.
+-- caller once watched, so no child can fail unwatched. Returns the inputs
+-- (children in place of functions), the run that holds the children (for
+-- the caller to close), the count and the inputs already settled.
 local function collect(fname, ...)
   local n = select("#", ...)
   local tasks, children = {...}, {}
@@ -101,32 +132,29 @@ local function collect(fname, ...)
       if st == "done" or st == "failed" or st == "cancelled" then handled[x] = true end
     end
   end
+  local run = begin(me, children) -- made before the children: it can fail
   local ok, err = pcall(make_children, tasks, children, n)
   if not ok then
     -- Out of memory: the children made so far must not stay created and
     -- never started. They replaced the function inputs in `tasks`.
     for i = 1, n do
-      if type(select(i, ...)) == "function" and is_task(tasks[i]) then cancel(tasks[i]) end
+      if type(select(i, ...)) == "function" and is_task(tasks[i]) then I.cancel(tasks[i]) end
     end
     error(err, 0)
   end
-  return tasks, children, n, handled
-end
-
--- What the calling task waits on while it waits in a combinator, declared
--- for the await-cycle search (cycles.c) until the returned value is closed
--- (every way out of the combinator, cancellation included).
-local Waits = {__close = function(w) I.undepend(w[1]) end}
-local function declare_waits(me, list)
-  local w = setmetatable({me}, Waits)
-  I.depend(me, list)
-  return w
+  return tasks, run, n, handled
 end
 
 -- Awaits an input: a Task, or a Promise without giving it up if cancelled.
 local function await_input(x)
   if is_promise(x) then return await_promise(x) end
   return await(x)
+end
+
+-- Reports err, a failure of input x (a Task or a Promise) that reaches no
+-- one else.
+local function report_failure(x, err)
+  if is_task(x) then I.report(err, x:traceback(), x) else I.report(err, nil, nil) end
 end
 
 -- A failure of input x that the combinator does not raise, because another
@@ -138,34 +166,18 @@ end
 local function report_ignored(x, ok, err, handled)
   if ok or is_cancelled(err) or handled[x] then return end
   handled[x] = true
-  if is_task(x) then I.report(err, x:traceback(), x) else I.report(err, nil, nil) end
+  report_failure(x, err)
 end
 
 -- A watcher awaits one input and hands the outcome to `notify`.
 local function watcher(x, i, notify) notify(i, pcall(await_input, x)) end
 
-local function cancel_all(list)
-  for _, t in ipairs(list) do cancel(t) end
-end
-
--- Starts watching `tasks` and the children; returns the watcher list. When
--- a watcher cannot be made (out of memory), what was made is cancelled, the
--- children too (none may stay created and never started), and the error
--- goes on.
-local function spawn_watchers(watchers, tasks, n, notify)
-  for i = 1, n do watchers[i] = spawn(watcher, tasks[i], i, notify) end
-end
-
-local function watch_all(tasks, n, children, notify)
-  local watchers = {}
-  local ok, err = pcall(spawn_watchers, watchers, tasks, n, notify)
-  if not ok then
-    cancel_all(watchers)
-    cancel_all(children)
-    error(err, 0)
-  end
-  for _, c in ipairs(children) do start(c) end
-  return watchers
+-- Starts watching `tasks`, then starts the run's children; done() tells
+-- whether the watchers decided at once.
+local function watch_all(run, tasks, n, notify, done)
+  for i = 1, n do run.watchers[i] = spawn(watcher, tasks[i], i, notify) end
+  declare(run, tasks, done())
+  for _, c in ipairs(run.children) do start(c) end
 end
 
 -- Suspends the calling task until done() is true; a raising wait (the task
@@ -180,33 +192,44 @@ local function wait_for(state, done)
   return true
 end
 
+-- After finish(run): what the caller raises instead of the combinator's
+-- outcome, if anything. The wait raised (err: the caller was cancelled or
+-- interrupted), or the caller was cancelled while the run was finished (a
+-- child's __close handler did it): that is raised, and a failure of
+-- `input` the combinator had decided to raise then reaches no one, so it
+-- is reported.
+local function raise_instead(run, ok, err, input, failure)
+  if ok and not I.cancel_requested(run.me) then return end
+  if input ~= nil and not is_cancelled(failure) then report_failure(input, failure) end
+  error(ok and I.cancel_error() or err, 0)
+end
+
 --- task.when_all(...) -> first result of each input, in argument order.
 -- Inputs are Tasks, Promises or functions (spawned as children). Raises the first
 -- error as soon as it happens (a cancelled input raises the cancellation
 -- error); then cancels the children it started, never the Tasks it was given.
 function M.when_all(...)
-  local tasks, children, n, handled = collect("when_all", ...)
+  local tasks, made, n, handled = collect("when_all", ...)
+  local run <close> = made -- nothing allocated since collect made it
   local me = current()
   local state = {what = "task.when_all", waiting = false}
-  local results, remaining, failed, err_value, live = {}, n, false, nil, true
+  local results, remaining, failed, err_value = {}, n, nil, nil
   local function notify(i, ok, v)
-    if not live or failed then return report_ignored(tasks[i], ok, v, handled) end
+    if run.done or failed then return report_ignored(tasks[i], ok, v, handled) end
     if ok then
       results[i] = v
       remaining = remaining - 1
     else
-      failed, err_value = true, v
+      failed, err_value = tasks[i], v
       handled[tasks[i]] = true
     end
     if state.waiting and (remaining == 0 or failed) then wake(me) end
   end
-  local watchers = watch_all(tasks, n, children, notify)
-  local waits <close> = declare_waits(me, tasks)
-  local ok, err = wait_for(state, function() return remaining == 0 or failed end)
-  live = false
-  cancel_all(watchers)
-  cancel_all(children)
-  if not ok then error(err, 0) end
+  local function done() return remaining == 0 or failed ~= nil end
+  watch_all(run, tasks, n, notify, done)
+  local ok, err = wait_for(state, done)
+  finish(run)
+  raise_instead(run, ok, err, failed, err_value)
   if failed then error(err_value, 0) end
   return unpack(results, 1, n)
 end
@@ -215,24 +238,24 @@ end
 -- A failure that finishes first is raised. The children it started are
 -- cancelled when it returns; the Tasks it was given are left running.
 function M.when_any(...)
-  local tasks, children, n, handled = collect("when_any", ...)
+  local tasks, made, n, handled = collect("when_any", ...)
+  local run <close> = made -- nothing allocated since collect made it
   local me = current()
   local state = {what = "task.when_any", waiting = false}
-  local winner, outcome, live = nil, nil, true
+  local winner, outcome = nil, nil
   local function notify(i, ...)
-    if not live or winner then return report_ignored(tasks[i], select(1, ...), select(2, ...), handled) end
+    if run.done or winner then return report_ignored(tasks[i], select(1, ...), select(2, ...), handled) end
     winner, outcome = i, pack(...)
     handled[tasks[i]] = true
     if state.waiting then wake(me) end
   end
-  local watchers = watch_all(tasks, n, children, notify)
-  local waits <close> = declare_waits(me, tasks)
-  local ok, err = wait_for(state, function() return winner ~= nil end)
-  live = false
-  cancel_all(watchers)
-  cancel_all(children)
-  if not ok then error(err, 0) end
-  if not outcome[1] then error(outcome[2], 0) end
+  local function done() return winner ~= nil end
+  watch_all(run, tasks, n, notify, done)
+  local ok, err = wait_for(state, done)
+  finish(run)
+  local failed = winner and not outcome[1]
+  raise_instead(run, ok, err, failed and tasks[winner] or nil, failed and outcome[2])
+  if failed then error(outcome[2], 0) end
   return winner, unpack(outcome, 2, outcome.n)
 end
 
@@ -257,27 +280,26 @@ function M.timeout(seconds, fn, ...)
   if awaits(fn, me) then argerror("timeout", 2, CYCLE) end
   local child = own and new_task(fn, ...) or fn
   local state = {what = "task.timeout", waiting = false}
-  local outcome, live = nil, true
+  local outcome = nil
+  local run <close> = begin(me, {own and child or nil})
   local function settle(v)
-    if live and outcome == nil then
+    if not run.done and outcome == nil then
       outcome = v
       if state.waiting then wake(me) end
     elseif v ~= "timeout" then
       report_ignored(child, v[1], v[2], {})
     end
   end
-  local w = spawn(function() settle(pack(pcall(await_input, child))) end)
-  local timer = spawn(function() delay(seconds); settle("timeout") end)
+  run.watchers[1] = spawn(function() settle(pack(pcall(await_input, child))) end)
+  run.watchers[2] = spawn(function() delay(seconds); settle("timeout") end)
+  declare(run, {child}, outcome ~= nil)
   if own then start(child) end
-  local waits <close> = declare_waits(me, {child})
   local ok, err = wait_for(state, function() return outcome ~= nil end)
-  live = false
-  cancel(w)
-  cancel(timer)
-  if own and (not ok or outcome == "timeout") then cancel(child) end
-  if not ok then error(err, 0) end
+  finish(run)
+  local failed = outcome ~= nil and outcome ~= "timeout" and not outcome[1]
+  raise_instead(run, ok, err, failed and child or nil, failed and outcome[2])
   if outcome == "timeout" then error(I.timeout_error(seconds), 0) end
-  if not outcome[1] then error(outcome[2], 0) end
+  if failed then error(outcome[2], 0) end
   return unpack(outcome, 2, outcome.n)
 end
 
@@ -287,10 +309,19 @@ local ScopeMethods = {}
 local Scope = {__index = ScopeMethods, __name = "lunaloop.Scope", __metatable = "lunaloop.Scope"}
 
 local function cancel_children(s)
-  -- in creation order; cancelling wakes their watchers, which count down
+  -- in creation order; cancelling wakes their watchers, which count down.
+  -- I.cancel: a child's __close handler that cancels the task running
+  -- this loop does not stop it (see finish).
   for _, c in ipairs(s.order) do
-    if s.children[c] then cancel(c) end
+    if s.children[c] then I.cancel(c) end
   end
+end
+
+-- The calling task is cancelled instead of raising the scope's failure:
+-- that failure (of a child, or of the body) reaches no one else, so it is
+-- reported. An await cycle the scope found is no task's failure.
+local function report_lost(s)
+  if s.failing and s.err_from then report_failure(s.err_from, s.err) end
 end
 
 local function scope_watch(s, child)
@@ -298,8 +329,12 @@ local function scope_watch(s, child)
   s.children[child] = nil
   s.count = s.count - 1
   if not ok and not is_cancelled(err) then
-    if not s.failing then
-      s.failing, s.err = true, err
+    if not s.open then
+      -- The scope ended (its caller was cancelled) before it heard of this
+      -- failure: no one else will raise it.
+      I.report(err, child:traceback(), child)
+    elseif not s.failing then
+      s.failing, s.err, s.err_from = true, err, child
       cancel_children(s)
       if s.in_body then I.interrupt(s.owner) end
     else
@@ -329,7 +364,7 @@ function ScopeMethods:spawn(fn, ...)
   local child = new_task(fn, ...)
   local ok, w = pcall(scope_add, self, child)
   if not ok then
-    cancel(child) -- created, never to start
+    I.cancel(child) -- created, never to start
     error(w, 0)
   end
   self.count = self.count + 1
@@ -365,11 +400,12 @@ function M.scope(fn, ...)
     if I.cancel_requested(me) then
       s.open = false
       cancel_children(s)
+      report_lost(s)
       error(e, 0)
     elseif s.failing and is_cancelled(e) then
       -- the body was interrupted by a child's failure
     elseif not s.failing then
-      s.failing, s.err = true, e
+      s.failing, s.err, s.err_from = true, e, me
       cancel_children(s)
     else
       I.report(e, nil, me)
@@ -383,13 +419,18 @@ function M.scope(fn, ...)
       cancel_children(s)
     end
   end
-  local waits <close> = declare_waits(me, s.order)
+  local waits <close> = begin(me, {})
+  declare(waits, s.order, false)
   s.declared = true
   local ok, err = wait_for(s, function() return s.count == 0 end)
   s.declared = false
   s.open = false
+  -- The body caught its task's cancellation and nothing was left to wait
+  -- for: task.scope is an await all the same, and raises it.
+  if ok and I.cancel_requested(me) then ok, err = false, I.cancel_error() end
   if not ok then
     cancel_children(s)
+    report_lost(s)
     error(err, 0)
   end
   if s.failing then error(s.err, 0) end
@@ -467,7 +508,9 @@ function ChannelMethods:send(v)
     if not ok then error(err, 0) end
     return
   end
-  if rec.state == "closed" then error("send on a closed channel", 2) end
+  -- Cancelled (or interrupted) after the channel was closed, before it
+  -- resumed: the cancellation wins, as it does over a value taken.
+  if ok and rec.state == "closed" then error("send on a closed channel", 2) end
   rec.state = "cancelled"
   error(err, 0)
 end

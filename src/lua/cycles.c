@@ -7,7 +7,8 @@
 ** Who waits on whom: a task in task.await waits on its target (on.await),
 ** and a task inside a combinator (task.when_all, when_any, timeout, scope
 ** in compose.lua) waits on the tasks the combinator watches. The
-** combinator declares those with depend(), for as long as it waits (a
+** combinator declares those with depend(), from before it starts its first
+** child (a child may await its caller at once) until it is done (a
 ** to-be-closed value in compose.lua calls undepend() on every way out);
 ** they are kept in a registry table, list by waiting task, and each listed
 ** task counts how many lists hold it (dependents).
@@ -76,18 +77,23 @@ bool luna__awaits(lua_State *L, luna__task *from, luna__task *goal) {
         lua_settop(L, base);
         return true;
       }
-      if (p->state != LUNA__SUSPENDED)
-        break;
-      if (p->wait == LUNA__W_TASK) {
-        p = p->on.await.target;
-        continue;
-      }
-      if (p->wait == LUNA__W_EXTERNAL && p->has_deps) {
+      /* A combinator's caller waits on what it declared from before it
+         starts its first child until it is done: while it runs (starting
+         children, which may await it at once) as well as while it is
+         suspended. */
+      if (p->has_deps && (p->state == LUNA__SUSPENDED || p->state == LUNA__RUNNING)) {
         if (seen == 0) {
           lua_newtable(L);
           seen = lua_gettop(L);
         }
         push_listed(L, p, seen);
+        break;
+      }
+      if (p->state != LUNA__SUSPENDED)
+        break;
+      if (p->wait == LUNA__W_TASK) {
+        p = p->on.await.target;
+        continue;
       }
       break;
     }

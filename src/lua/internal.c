@@ -91,6 +91,29 @@ static int l_clear_interrupt(lua_State *L) {
   return 0;
 }
 
+/* cancel(t): cancels t as task.cancel does, but never raises the calling
+   task's own cancellation (one that a __close handler of t requested):
+   the combinators' cleanup loops call it, and must cancel every task they
+   started whatever those handlers do. The caller checks cancel_requested
+   once the loop is done. */
+static int l_cancel(lua_State *L) {
+  luna__task *t = luna__check_task(L, 1);
+  luna__binding *b = luna__check_binding(L);
+  lua_State *saved = b->exec_L;
+  if (b->depth == 0)
+    b->exec_L = L;
+  luna__cancel(b, t);
+  b->exec_L = saved;
+  return 0;
+}
+
+/* cancel_error() -> the cancellation error value, for a combinator whose
+   caller was cancelled after its wait had ended (cancel_requested). */
+static int l_cancel_error(lua_State *L) {
+  luna__push_cancel_error(L);
+  return 1;
+}
+
 /* cancel_requested(t) -> boolean */
 static int l_cancel_requested(lua_State *L) {
   lua_pushboolean(L, luna__check_task(L, 1)->cancel_requested);
@@ -182,7 +205,9 @@ static const luaL_Reg internal_funcs[] = {
     {"start", l_start},
     {"interrupt", l_interrupt},
     {"clear_interrupt", l_clear_interrupt},
+    {"cancel", l_cancel},
     {"cancel_requested", l_cancel_requested},
+    {"cancel_error", l_cancel_error},
     {"report", l_report},
     {"timeout_error", l_timeout_error},
     {"is_task", l_is_task},
