@@ -813,11 +813,11 @@ static void set_int(lua_State *L, const char *k, lua_Integer v) {
 }
 
 /* mods.stats() -> {memory, host_memory, messages_waiting, memory_limit,
-   instruction_limit, budget_overruns, memory_overruns, max_overruns,
-   loads} */
+   instruction_limit, time_limit (seconds per frame; negative: none),
+   budget_overruns, memory_overruns, time_overruns, max_overruns, loads} */
 static int l_stats(lua_State *L) {
   luna__mod *m = luna__mod_of(L);
-  lua_createtable(L, 0, 9);
+  lua_createtable(L, 0, 11);
   set_int(L, "memory", (lua_Integer)m->mem_used);
   set_int(L, "host_memory", (lua_Integer)m->host_bytes);
   set_int(L, "messages_waiting", (lua_Integer)m->queued);
@@ -825,6 +825,9 @@ static int l_stats(lua_State *L) {
   set_int(L, "instruction_limit", (lua_Integer)m->budget);
   set_int(L, "budget_overruns", (lua_Integer)m->budget_overruns);
   set_int(L, "memory_overruns", (lua_Integer)m->memory_overruns);
+  set_int(L, "time_overruns", (lua_Integer)m->time_overruns);
+  lua_pushnumber(L, (lua_Number)m->time_limit / 1e9);
+  lua_setfield(L, -2, "time_limit");
   set_int(L, "max_overruns", (lua_Integer)m->set->cfg.max_overruns);
   set_int(L, "loads", (lua_Integer)m->loads);
   return 1;

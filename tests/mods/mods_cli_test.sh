@@ -33,7 +33,7 @@ expect_no_err() { ! grep -qE -- "$1" "$ERR" || fail "stderr has a line matching 
 # the endless loop and the memory hog are stopped, reported and disabled;
 # the run ends by itself, exit 1 since errors were reported.
 case_examples() {
-  ll mods --fast --memory 16m --budget 2000000 "$ROOT/examples/mods"
+  ll mods --fast --memory 16m --budget 2000000 --time-budget 60000 "$ROOT/examples/mods"
   expect_status 1
   expect_out '^\[core\] core 1\.0\.0 starts at frame 0$'
   expect_out '^\[hud\] hud ready; core loaded: true$'
@@ -74,7 +74,8 @@ case_frames() {
 # Two tasks of a mod passing values over a channel for ever: each turn is
 # a resume of its own (a fresh budget), so the first frame never ended and
 # the host never got control back. A drain of wake-ups now stops after
-# 100,000 resumes, so the frames end and --frames stops the run.
+# 100,000 resumes, so the frames end and --frames stops the run, even
+# without a time budget (which would end each frame's drain sooner).
 case_channel_ping_pong_lets_frames_end() {
   mkdir -p "$TMP/p"
   printf '%s\n' 'local ch = task.channel(1)' \
@@ -82,7 +83,7 @@ case_channel_ping_pong_lets_frames_end() {
     'task.on("LastUpdate", function() print("frame", task.frame()) end)' \
     'while true do ch:receive() end' >"$TMP/p/mod.lua"
   status=0
-  timeout 120 "$LUNALOOP" mods --fast --budget 200000 --frames 3 "$TMP" >"$OUT" 2>"$ERR" </dev/null ||
+  timeout 120 "$LUNALOOP" mods --fast --budget 200000 --time-budget 0 --frames 3 "$TMP" >"$OUT" 2>"$ERR" </dev/null ||
     status=$?
   expect_status 0
   expect_out '^\[p\] frame	3$'
