@@ -67,14 +67,32 @@ static void set_count(lua_State *co, int count) {
   lua_sethook(co, budget_hook, LUA_MASKCOUNT, count);
 }
 
+/* Pushes "<source>:<line>: " of the Lua code running at `level` (0 from a
+   hook), or from a C function (level 1) of the nearest Lua function that
+   called it (the matcher and the sort's comparator run below C frames). */
+static void push_where(lua_State *L, int level) {
+  lua_Debug ar;
+  if (level == 0) {
+    luaL_where(L, 0);
+    return;
+  }
+  for (; lua_getstack(L, level, &ar); level++) {
+    lua_getinfo(L, "Sl", &ar);
+    if (ar.currentline > 0) {
+      lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
+      return;
+    }
+  }
+  lua_pushliteral(L, "");
+}
+
 /* Raises "<where>: instruction budget exceeded (N instructions)" (or the
    time budget's message, for `time`); once a context ran out, the same
    message (with the place where it first ran out) is raised again wherever
-   its code goes on. `level` is luaL_where's: 0 from a hook, 1 from a C
-   function. */
+   its code goes on. `level` is push_where's. */
 static int raise_exceeded(lua_State *L, luna__mod *m, bool time, int level) {
   if (m->exceeded_msg[0] == '\0') {
-    luaL_where(L, level);
+    push_where(L, level);
     if (time) {
       char ms[32];
       snprintf(ms, sizeof ms, "%g", (double)m->time_limit / 1e6);

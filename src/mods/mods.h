@@ -97,6 +97,7 @@ struct luna__mod {
                                  inside a context (the watchdog's target) */
   lua_State *threads[LUNA__THREAD_STACK]; /* `thread` outside each nested
                                  context, by depth */
+  unsigned sort_calls;        /* comparisons of the sandbox's table.sort */
   int running;                /* > 0 while the set itself calls into L */
   /* overruns since the last load, and the verdict */
   uint64_t budget_overruns, memory_overruns, time_overruns;

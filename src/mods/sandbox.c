@@ -346,6 +346,41 @@ static int l_string_rep(lua_State *L) {
   return 1;
 }
 
+/* The comparator of the sandbox's table.sort: the mod's (upvalue 1) or
+   `<`, and every 1024 comparisons a check of the time budget, so that a
+   sort of millions of values (seconds inside one C call) stops at the
+   deadline too. */
+static int sort_less(lua_State *L) {
+  luna__mod *m = luna__mod_of(L);
+  bool less;
+  if ((++m->sort_calls & 1023) == 0)
+    luna__budget_check_time(L, m);
+  if (lua_isnil(L, lua_upvalueindex(1))) {
+    less = lua_compare(L, 1, 2, LUA_OPLT);
+  } else {
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, 2, 1);
+    less = lua_toboolean(L, -1);
+  }
+  lua_pushboolean(L, less);
+  return 1;
+}
+
+/* table.sort(t [, comp]): the stock sort (upvalue 1) with sort_less. */
+static int l_table_sort(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 2))
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_settop(L, 2);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_pushcclosure(L, sort_less, 1);
+  lua_call(L, 2, 0);
+  return 0;
+}
+
 /* table.move(a1, f, e, t [, a2]): the stock one for at most as many
    elements as the mod's memory could hold (16 bytes a value, its cap): the
    stock loop moves nils as readily as values, so table.move({}, 1, 2^53, 2)
@@ -538,7 +573,7 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   lua_setfield(L, -2, "rep");
   lua_setfield(L, S, "string");
   /* table: a copy (the binding's Lua code keeps using the stock one) with
-     a bounded move. */
+     a bounded move and a sort that the time budget reaches. */
   lua_newtable(L);
   lua_getfield(L, G, "table");
   lua_pushnil(L);
@@ -550,6 +585,9 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   lua_getfield(L, -1, "move");
   lua_pushcclosure(L, l_table_move, 1);
   lua_setfield(L, -3, "move");
+  lua_getfield(L, -1, "sort");
+  lua_pushcclosure(L, l_table_sort, 1);
+  lua_setfield(L, -3, "sort");
   lua_pop(L, 1);
   lua_setfield(L, S, "table");
   lua_getfield(L, G, "math");

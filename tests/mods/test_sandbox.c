@@ -408,11 +408,29 @@ static void collectgarbage_allows_only_what_cannot_stall(void **state) {
             "assert(collectgarbage('isrunning') == true)\n"
             "local ok, err = pcall(collectgarbage, 'step', 100000)\n"
             "assert(not ok and err:find('one basic step only'), err)\n"
+            "assert(not pcall(collectgarbage))\n"
             "for _, opt in ipairs{'collect', 'stop', 'restart', 'incremental', 'generational',\n"
             "                     'setpause', 'setstepmul'} do\n"
             "  ok, err = pcall(collectgarbage, opt)\n"
             "  assert(not ok and err:find('not allowed'), opt)\n"
             "end\n"
+            "print('ok')", NULL);
+}
+
+/* Single calls that looped for ever without allocating: string.rep of an
+   empty string, table.move over a range of nils. The sort is the stock
+   one with a comparator of the sandbox's in between. */
+static void calls_that_could_loop_for_ever_are_bounded(void **state) {
+  (void)state;
+  expect_ok("assert(string.rep('', math.maxinteger) == '' and ('').rep('', 1e15, '') == '')\n"
+            "assert(('ab'):rep(3, ',') == 'ab,ab,ab')\n"
+            "local ok, err = pcall(table.move, {}, 1, 1 << 53, 2)\n"
+            "assert(not ok and err:find('too many elements'), err)\n"
+            "assert(table.concat(table.move({1, 2, 3}, 1, 3, 2), ',') == '1,1,2,3')\n"
+            "local t = {3, 1, 2}; table.sort(t); assert(table.concat(t) == '123')\n"
+            "table.sort(t, function(a, b) return a > b end); assert(table.concat(t) == '321')\n"
+            "ok, err = pcall(table.sort, t, 1)\n"
+            "assert(not ok and err:find('function expected'), err)\n"
             "print('ok')", NULL);
 }
 
@@ -500,6 +518,7 @@ int main(void) {
       cmocka_unit_test(an_unloading_mod_reaches_no_loop_or_bus),
       cmocka_unit_test(everything_a_mod_can_reach_is_listed),
       cmocka_unit_test(collectgarbage_allows_only_what_cannot_stall),
+      cmocka_unit_test(calls_that_could_loop_for_ever_are_bounded),
       cmocka_unit_test(coroutine_resume_refuses_task_coroutines),
       cmocka_unit_test(task_module_has_no_loop_control),
       cmocka_unit_test(globals_are_per_mod),

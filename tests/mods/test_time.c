@@ -91,6 +91,20 @@ static void time_budget_stops_a_loop_of_c_calls(void **state) {
   fx_free(f);
 }
 
+/* table.sort of many values is one C call (seconds for millions); the
+   mods' sort checks the time budget between comparisons. */
+static void time_budget_stops_a_long_sort(void **state) {
+  fixture *f = timed(5, 3);
+  (void)state;
+  fx_write(f, "s/mod.lua", "local t = {('x'):rep(20000):byte(1, -1)}\n"
+                           "task.yield()\ntable.sort(t)\nprint('sorted')\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  fx_frames(f, 2);
+  assert_has(f->rep, "s: task main failed: s/mod.lua:3: time budget exceeded (5000 ms per frame)");
+  assert_lacks(f->out, "sorted");
+  fx_free(f);
+}
+
 /* Two tasks passing a value over channels ran one budget per hop, a
    hundred thousand hops a frame. Now each frame ends once the mod's time
    is spent; its other work (the LastUpdate callback) waits, and the mod is
@@ -145,6 +159,7 @@ int main(void) {
       cmocka_unit_test(deferred_tasks_past_the_budget_wait_for_the_next_frame),
       cmocka_unit_test(callbacks_share_one_budget_per_frame_until_disabled),
       cmocka_unit_test(time_budget_stops_a_loop_of_c_calls),
+      cmocka_unit_test(time_budget_stops_a_long_sort),
       cmocka_unit_test(channel_ping_pong_stops_at_the_budget),
       cmocka_unit_test(unload_is_bounded_by_one_time_budget),
   };
