@@ -21,7 +21,11 @@
 ** its subscriptions in the order they were made. Each subscriber call gets
 ** its own copy of the value and its own instruction budget; an error in it
 ** is reported like a failing callback and does not stop the others.
-** Messages sent during a delivery wait for the next one.
+** Messages sent during a delivery wait for the next one. A subscriber call
+** also counts toward the mod's time budget of the frame; once a receiving
+** mod has spent it (luna__mod_held), the delivery stops at that mod and
+** goes on from it at the next frame, so its messages wait for it rather
+** than fail.
 **
 ** What a delivery costs: the receiving mods come from the topic index
 ** (topics.c), so a message costs a hash lookup plus its subscribers,
@@ -586,6 +590,14 @@ static bool deliver_message(luna_mods *set, const luna__message *msg, size_t *st
     deliver_ctx c;
     if (m->index < set->cursor.index)
       continue; /* delivered in an earlier frame */
+    if (luna__mod_held(m)) {
+      /* Its time for the frame is spent: the message waits for it, from
+         this very mod on (and the later messages wait for every mod). */
+      if (m->index != set->cursor.index)
+        set->cursor.resume = false;
+      set->cursor.index = m->index;
+      return false;
+    }
     memset(&c, 0, sizeof c);
     c.msg = msg;
     c.steps = steps;

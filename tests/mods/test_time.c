@@ -128,6 +128,28 @@ static void channel_ping_pong_stops_at_the_budget(void **state) {
   fx_free(f);
 }
 
+/* Each subscriber call had a budget of its own. Now the deliveries to a
+   mod share its frame's time: past it, its messages wait for the next
+   frame's delivery, in order, rather than fail or vanish. */
+static void messages_to_a_mod_out_of_time_wait_for_the_next_frame(void **state) {
+  fixture *f = timed(5, 100);
+  int i;
+  (void)state;
+  fx_write(f, "r/mod.lua", "n = 0\n"
+                           "mods.subscribe('t', function(v) n = n + 1; print(v, task.frame()) end)\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  for (i = 1; i <= 8; i++) {
+    char v[8];
+    snprintf(v, sizeof v, "m%d", i);
+    assert_int_equal(luna_mods_send_string(f->set, "t", v, strlen(v)), 0);
+  }
+  fx_frames(f, 2);
+  assert_string_equal(f->out, "[r] m1\t1\n[r] m2\t1\n[r] m3\t1\n[r] m4\t1\n[r] m5\t1\n"
+                              "[r] m6\t2\n[r] m7\t2\n[r] m8\t2\n");
+  assert_int_equal(f->replen, 0);
+  fx_free(f);
+}
+
 /* Unloading ran every task's to-be-closed variable with a budget of its
    own: 300 looping ones took 300 budgets. Now unloading has one time
    budget: the handler running when it is spent is stopped, and the
@@ -161,6 +183,7 @@ int main(void) {
       cmocka_unit_test(time_budget_stops_a_loop_of_c_calls),
       cmocka_unit_test(time_budget_stops_a_long_sort),
       cmocka_unit_test(channel_ping_pong_stops_at_the_budget),
+      cmocka_unit_test(messages_to_a_mod_out_of_time_wait_for_the_next_frame),
       cmocka_unit_test(unload_is_bounded_by_one_time_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
