@@ -248,8 +248,6 @@ void luna__watchdog_arm(luna__watchdog *wd, lua_State *L, luna_ns deadline);
 void luna__watchdog_thread(luna__watchdog *wd, lua_State *L);
 /* The context closed. */
 void luna__watchdog_disarm(luna__watchdog *wd);
-/* Times the watchdog armed a hook (tests). */
-uint64_t luna__watchdog_arms(luna__watchdog *wd);
 
 /* ---- pattern.c ------------------------------------------------------------ */
 /* Sets find, match, gmatch and gsub in the table on top of L to the

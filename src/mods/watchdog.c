@@ -49,7 +49,6 @@ struct luna__watchdog {
   luna_ns waiting_for;    /* else the time it sleeps until */
   lua_State *L;           /* the running thread of the open context, or NULL */
   luna_ns deadline;       /* of the open context, CLOCK_MONOTONIC ns */
-  uint64_t arms;
 };
 
 static luna_ns now_ns(void) {
@@ -82,10 +81,8 @@ static void *watch(void *arg) {
       wait_until(wd, wd->deadline);
       continue;
     }
-    if (lua_gethook(wd->L) == luna__budget_hook) {
+    if (lua_gethook(wd->L) == luna__budget_hook)
       lua_sethook(wd->L, luna__budget_hook, LUA_MASKCOUNT, 1);
-      wd->arms++;
-    }
     wait_until(wd, now + REARM_NS);
   }
   pthread_mutex_unlock(&wd->mu);
@@ -153,12 +150,4 @@ void luna__watchdog_disarm(luna__watchdog *wd) {
   pthread_mutex_lock(&wd->mu);
   wd->L = NULL;
   pthread_mutex_unlock(&wd->mu);
-}
-
-uint64_t luna__watchdog_arms(luna__watchdog *wd) {
-  uint64_t n;
-  pthread_mutex_lock(&wd->mu);
-  n = wd->arms;
-  pthread_mutex_unlock(&wd->mu);
-  return n;
 }
