@@ -26,6 +26,12 @@
 ** - coroutine.resume/close accept only coroutines made by the sandbox's
 **   coroutine.create/wrap (not a task's coroutine, which only the scheduler
 **   may resume), and every coroutine gets the budget hook;
+** - no single call whose cost the budgets cannot reach: the pattern
+**   functions are the bounded matcher (pattern.c), collectgarbage allows
+**   only count, isrunning and one basic step, string.rep of an empty
+**   result and table.move over more slots than the memory cap holds
+**   return or raise at once, and table.sort checks the time budget
+**   between comparisons (docs/modding.md, "Time");
 ** - the task module is built from an allowed list (task_allowed: no step,
 **   run, exit, set_budget or debug, since the loop, its budgets and
 **   profiling belong to the host), time_scale read-only, and on_error's

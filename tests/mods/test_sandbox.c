@@ -434,6 +434,24 @@ static void calls_that_could_loop_for_ever_are_bounded(void **state) {
             "print('ok')", NULL);
 }
 
+/* string.find(("a"):rep(2000), ".-.-.-x") did not return in a minute:
+   in a mod it raises "pattern too complex" after the budget's worth of
+   steps, by the library and through the string metatable alike, and a
+   loop of such calls is stopped by the instruction budget they are
+   charged to. */
+static void pathological_pattern_ends_with_an_error(void **state) {
+  (void)state;
+  expect_ok("local s = ('a'):rep(2000)\n"
+            "local ok, err = pcall(string.find, s, '.-.-.-x')\n"
+            "assert(not ok and err:find('pattern too complex'), err)\n"
+            "ok, err = pcall(function() return s:find('.-.-.-x') end)\n"
+            "assert(not ok and err:find('pattern too complex'), err)\n"
+            "ok, err = pcall(string.gsub, s, '(.-)(.-)(.-)x', '')\n"
+            "assert(not ok and err:find('pattern too complex'), err)\n"
+            "assert(('hello world'):gsub('o', '0') == 'hell0 w0rld')\n"
+            "print('ok')", NULL);
+}
+
 /* A task's coroutine belongs to the scheduler: the mod cannot resume or
    close it behind its back; its own coroutines work as in stock Lua. */
 static void coroutine_resume_refuses_task_coroutines(void **state) {
@@ -519,6 +537,7 @@ int main(void) {
       cmocka_unit_test(everything_a_mod_can_reach_is_listed),
       cmocka_unit_test(collectgarbage_allows_only_what_cannot_stall),
       cmocka_unit_test(calls_that_could_loop_for_ever_are_bounded),
+      cmocka_unit_test(pathological_pattern_ends_with_an_error),
       cmocka_unit_test(coroutine_resume_refuses_task_coroutines),
       cmocka_unit_test(task_module_has_no_loop_control),
       cmocka_unit_test(globals_are_per_mod),
