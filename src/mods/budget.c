@@ -29,8 +29,9 @@
 ** (set_count), so a pending interrupt is never lost; the budget hook comes
 ** back on that thread at its next context (resume or call), and on plain
 ** coroutines at their next coroutine.create. Time spent inside one C
-** function (a pathological string.find pattern, table.sort of a huge table)
-** is not counted: hooks run only between VM instructions.
+** function (a long concatenation, table.sort of a huge table) is not
+** counted in instructions: hooks run only between VM instructions. The
+** time budget below covers it.
 **
 ** The time budget (time_limit ns per frame) covers every context of the
 ** mod in a frame together: each outermost context reads the set's clock

@@ -1,7 +1,6 @@
 -- spinner: a badly behaved mod. Every frame it starts a task that keeps
--- resuming a plain coroutine which never ends (case c19). Its budgets stop
--- each such task (the time budget of the frame, 50 ms by default, or the
--- instruction budget, whichever runs out first); after max_overruns
+-- resuming a plain coroutine which never ends (case c19). Its budgets (time
+-- per frame, instructions per run) stop each such task; after max_overruns
 -- overruns the mod is disabled. The other mods never notice.
 local function spin()
   local co = coroutine.wrap(function()
