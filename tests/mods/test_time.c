@@ -75,6 +75,27 @@ static void callbacks_share_one_budget_per_frame_until_disabled(void **state) {
   fx_free(f);
 }
 
+/* A task.every callback of a mod that is out of time waits too, and its
+   next call gets the intervals it missed: here the mod's EarlyUpdate
+   callbacks spend its budget in frames 1 and 2, and the every callback
+   (Update, each frame's interval) is first called in frame 3, with 3. */
+static void every_callback_out_of_time_gets_the_missed_intervals_later(void **state) {
+  fixture *f = timed(5, 100);
+  (void)state;
+  fx_write(f, "e/mod.lua",
+           "local spenders = {}\n"
+           "task.on('EarlyUpdate', function()\n"
+           "  if task.frame() == 3 then for _, h in ipairs(spenders) do h:remove() end end\n"
+           "end)\n"
+           "for i = 1, 5 do spenders[i] = task.on('EarlyUpdate', function() end) end\n"
+           "task.every(1 / 60, function(n) print('every', n, task.frame()) end)\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  fx_frames(f, 4);
+  assert_string_equal(f->out, "[e] every\t3\t3\n[e] every\t1\t4\n");
+  assert_int_equal(fx_info(f, "e").time_overruns, 2);
+  fx_free(f);
+}
+
 /* A loop of C calls (each one instruction or so, whatever it costs) ran
    for as long as the instruction budget allowed; the time budget stops it
    once the frame's time is spent, with an overrun. */
@@ -180,6 +201,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(deferred_tasks_past_the_budget_wait_for_the_next_frame),
       cmocka_unit_test(callbacks_share_one_budget_per_frame_until_disabled),
+      cmocka_unit_test(every_callback_out_of_time_gets_the_missed_intervals_later),
       cmocka_unit_test(time_budget_stops_a_loop_of_c_calls),
       cmocka_unit_test(time_budget_stops_a_long_sort),
       cmocka_unit_test(channel_ping_pong_stops_at_the_budget),
