@@ -243,8 +243,10 @@ void luna__budget_begin(luna__mod *m, lua_State *thread) {
   if (left <= 0)
     set_count(thread, 1); /* (a context the binding cannot hold: the set's
                              own calls) stopped at its first instruction */
-  if (m->set->watchdog != NULL)
-    luna__watchdog_arm(m->set->watchdog, thread, monotonic_ns() + (left > 0 ? left : 0));
+  if (m->set->watchdog != NULL) /* (one clock read less with the default clock) */
+    luna__watchdog_arm(m->set->watchdog, thread,
+                       (m->set->cfg.clock != NULL ? monotonic_ns() : m->ctx_began) +
+                           (left > 0 ? left : 0));
 }
 
 void luna__budget_end(luna__mod *m) {

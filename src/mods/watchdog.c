@@ -26,9 +26,10 @@
 **
 ** Cost on the loop thread: one uncontended mutex lock per context opened,
 ** closed, or per coroutine switch inside one; a condition signal only when
-** the watchdog sleeps without a deadline (no context was open since it last
-** woke) or past the new one (another mod's, which has less time left). The
-** watchdog sleeps otherwise, on CLOCK_MONOTONIC.
+** the watchdog sleeps without a deadline (the last one passed with no
+** context open: about once a frame) or past the new one (another mod's,
+** which has less time left). The watchdog sleeps otherwise, on
+** CLOCK_MONOTONIC.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -69,16 +70,19 @@ static void *watch(void *arg) {
   luna__watchdog *wd = (luna__watchdog *)arg;
   pthread_mutex_lock(&wd->mu);
   while (!wd->quit) {
-    luna_ns now;
+    luna_ns now = now_ns();
+    /* Until the last deadline, even between contexts: the next one of the
+       mod moves it later, so the loop thread need not signal. Runs of a
+       mod are often a microsecond long; a watchdog that went idle after
+       each one would be signalled (a system call) at the next. */
+    if (now < wd->deadline) {
+      wait_until(wd, wd->deadline);
+      continue;
+    }
     if (wd->L == NULL) {
       wd->idle = true;
       pthread_cond_wait(&wd->cv, &wd->mu);
       wd->idle = false;
-      continue;
-    }
-    now = now_ns();
-    if (now < wd->deadline) {
-      wait_until(wd, wd->deadline);
       continue;
     }
     if (lua_gethook(wd->L) == luna__budget_hook)
