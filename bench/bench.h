@@ -62,5 +62,7 @@ void bench_die(const char *fmt, ...);
    and returns its result; `quick` means the small sizes of the test run. */
 bool bench_limit(const char *workload, long n, bool task, bench_result *out);
 bool bench_inbox(const char *impl, long n, bool quick, bench_result *out);
+/* The hostile-mods workload (hostile.c): prints its own lines. */
+void bench_hostile(long frames);
 
 #endif

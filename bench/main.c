@@ -319,6 +319,7 @@ static void usage(void) {
           "usage: luna_bench [--reps R] [--quick] limit|limit_task WORKLOAD N\n"
           "       luna_bench [--reps R] [--quick] inbox lunaloop|mutex N\n"
           "       luna_bench [--reps R] [--quick] lua IMPL SCRIPT WORKLOAD N\n"
+          "       luna_bench hostile FRAMES\n"
           "       luna_bench probe MODULE\n");
   exit(2);
 }
@@ -357,6 +358,10 @@ int main(int argc, char **argv) {
     st = lua_pcall(L, 1, 0, 0);
     lua_close(L);
     return st == LUA_OK ? 0 : 1;
+  }
+  if (strcmp(mode, "hostile") == 0 && argc - i == 1) {
+    bench_hostile(parse_long(argv[i]));
+    return 0;
   }
   if ((strcmp(mode, "limit") == 0 || strcmp(mode, "limit_task") == 0) && argc - i == 2) {
     impl = mode;

@@ -33,9 +33,11 @@ note() { printf 'bench: %s\n' "$*" >&2; }
 if [ "$quick" -eq 1 ]; then
   reps=(--quick --reps 1)
   N_W1=200 N_W2=1000 N_STEADY=200 N_FRAME=1000 N_W3=5000 N_W4=1000 N_W5=10000 N_W6=200
+  N_HOSTILE=5
 else
   reps=(--reps 3)
   N_W1=10000 N_W2=100000 N_STEADY=10000 N_FRAME=100000 N_W3=1000000 N_W4=100000 N_W5=1000000 N_W6=10000
+  N_HOSTILE=120
 fi
 
 results=$(mktemp)
@@ -90,6 +92,11 @@ run "${reps[@]}" limit_task W4_memory "$N_W4"
 run "${reps[@]}" inbox lunaloop "$N_W5"
 run "${reps[@]}" inbox mutex "$N_W5"
 workload W6_update "$N_W6" lunaloop_tasks purelua_pcall
+# Hostile mods (bench/hostile.c): not a ratio against the limit; listed
+# again after the targets.
+hostile=$("$bin" hostile "$N_HOSTILE") ||
+  note "failed: luna_bench hostile $N_HOSTILE"
+printf '%s\n' "$hostile"
 
 # Scaling: W1 (limit and lunaloop) and W2_frame (lunaloop) against N.
 scale_ns=(1000 10000 100000 1000000)
@@ -254,6 +261,12 @@ if [ "$scaling" -eq 1 ]; then
         }
       }
     }' <(sed 's/^scaling: //' "$scaling_out")
+fi
+if [ -n "${hostile:-}" ]; then
+  echo
+  echo "hostile mods (bench/hostile.c): the longest frame with four attacking mods, against"
+  echo "bound_ms = 4 x the per-mod time budget (each may also finish the C call under way):"
+  printf '%s\n' "$hostile" | sed 's/^/  /'
 fi
 echo
 note "suite finished in ${elapsed}s"

@@ -64,8 +64,26 @@ typedef struct luna_mods_config {
                                  bookkeeping between runs may go 1/8 over */
   uint64_t instruction_limit; /* VM instructions per resume or call; 0:
                                  10,000,000 */
-  unsigned max_overruns;      /* instruction or memory overruns after which
-                                 a mod is disabled; 0: 3 */
+  luna_ns time_limit;         /* ns of wall-clock time each mod's code may
+                                 run per frame, over all its resumes,
+                                 callbacks, predicates, bus deliveries and
+                                 to-be-closed variables together; loading
+                                 and unloading get one each. Past it the
+                                 run in progress is stopped ("time budget
+                                 exceeded"), the mod's other work waits for
+                                 the next frame, and one time overrun is
+                                 counted for the frame. 0: 50 ms;
+                                 negative: no time limit (and no watchdog
+                                 thread) */
+  luna_time_fn clock;         /* the clock time_limit is measured on
+                                 (monotonic ns); NULL: CLOCK_MONOTONIC.
+                                 Called on the loop thread only; tests
+                                 install a fake one. The watchdog thread
+                                 times its wake-ups on CLOCK_MONOTONIC and
+                                 lets this clock decide */
+  void *clock_ud;
+  unsigned max_overruns;      /* instruction, time or memory overruns after
+                                 which a mod is disabled; 0: 3 */
   int watch_frames;           /* check the mods' files every N frames; 0:
                                  30; negative: never (luna_mods_poll still
                                  checks on demand) */
@@ -112,6 +130,8 @@ typedef struct luna_mod_info {
                                  cancelled at unload, of on_load/on_unload */
   uint64_t budget_overruns;   /* since it was last (re)loaded */
   uint64_t memory_overruns;   /* since it was last (re)loaded */
+  uint64_t time_overruns;     /* frames in which it reached its time
+                                 budget, since it was last (re)loaded */
   uint64_t loads;             /* times its mod.lua was loaded (1 + reloads) */
   const char *last_error;     /* why it failed or was disabled; "" if none */
 } luna_mod_info;

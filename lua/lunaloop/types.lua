@@ -327,8 +327,10 @@ function Subscription:active() end
 ---@field messages_waiting integer this mod's messages waiting for delivery
 ---@field memory_limit integer
 ---@field instruction_limit integer per resume or call
+---@field time_limit number seconds of this mod's code per frame (negative: none)
 ---@field budget_overruns integer since this load
 ---@field memory_overruns integer since this load
+---@field time_overruns integer frames that reached the time budget, since this load
 ---@field max_overruns integer the mod is disabled at this many overruns
 ---@field loads integer 1 + reloads
 

@@ -79,6 +79,8 @@ static const char usage_text[] =
   "                    (default 30)\n"
   "  --memory BYTES    memory cap of each mod, with k/m/g suffixes (default 64m)\n"
   "  --budget N        instructions per resume or call (default 10000000)\n"
+  "  --time-budget MS  milliseconds of each mod's code per frame, 0: no limit\n"
+  "                    (default 50)\n"
   "  --max-overruns K  disable a mod after K overruns (default 3)\n"
   "\n"
   "Other options:\n"

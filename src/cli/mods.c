@@ -27,13 +27,14 @@ typedef struct mods_options {
   const char *dir;
 } mods_options;
 
-enum { OPT_WATCH = LUNA__OPT_OWN, OPT_MEMORY, OPT_BUDGET, OPT_MAX_OVERRUNS };
+enum { OPT_WATCH = LUNA__OPT_OWN, OPT_MEMORY, OPT_BUDGET, OPT_TIME_BUDGET, OPT_MAX_OVERRUNS };
 
 static const struct option long_options[] = {
   LUNA__CLI_FRAME_OPTIONS,
   {"watch", required_argument, NULL, OPT_WATCH},
   {"memory", required_argument, NULL, OPT_MEMORY},
   {"budget", required_argument, NULL, OPT_BUDGET},
+  {"time-budget", required_argument, NULL, OPT_TIME_BUDGET},
   {"max-overruns", required_argument, NULL, OPT_MAX_OVERRUNS},
   {"help", no_argument, NULL, 'h'},
   {NULL, 0, NULL, 0}
@@ -94,6 +95,11 @@ static int parse_options(int argc, char **argv, mods_options *o) {
       if (!luna__cli_parse_integer(optarg, false, &n) || n == 0 || n > 2000000000LL)
         return luna__cli_bad_value(name, optarg, "a positive number of instructions");
       o->mods.instruction_limit = n;
+      break;
+    case OPT_TIME_BUDGET:
+      if (!luna__cli_parse_integer(optarg, false, &n) || n > 3600000LL)
+        return luna__cli_bad_value(name, optarg, "a whole number of milliseconds >= 0");
+      o->mods.time_limit = n == 0 ? -1 : n * (luna_ns)1000000;
       break;
     case OPT_MAX_OVERRUNS:
       if (!luna__cli_parse_integer(optarg, false, &n) || n == 0 || n > 1000000LL)

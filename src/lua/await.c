@@ -238,6 +238,8 @@ static bool predicate_step(luna_loop *loop, void *arg) {
   int top = lua_gettop(L), st;
   bool answer;
   (void)loop;
+  if (luna__held(b))
+    return true; /* asked again at the next run */
   lua_checkstack(L, 4);
   lua_pushvalue(t->co, 1);
   lua_xmove(t->co, L, 1);

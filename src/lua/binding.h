@@ -202,6 +202,11 @@ struct luna__binding {
   bool drain_deferred;   /* a drain hit LUNA__DRAIN_LIMIT: the ready ring
                             waits for luna__drain_cb (task.c) */
   bool observed;         /* some slot of observers[] is installed */
+  bool held;             /* the state's work waits for the next frame (a
+                            mod's time budget is spent, src/mods): see
+                            luna__held */
+  bool abandon;          /* cancellations settle without resuming (a mod
+                            that ran out of time while unloading) */
   luna__ring ready;      /* tasks woken and not yet resumed */
   /* resumes per timing in the current frame (introspection) */
   uint64_t stats_frame;
@@ -247,6 +252,8 @@ struct luna__binding {
   const char *stop_msg;   /* while a mod's budget stop is on, its error
                               (src/mods/budget.c): a guarded xpcall lets it
                               through without calling the handler */
+  uint64_t held_frame;   /* the frame `held` holds (luna_loop_frame_count) */
+  uint64_t abandoned;    /* tasks settled unresumed under `abandon` */
   /* reporting and exit */
   void (*report_fallback)(void *ud, const char *what, const char *message);
   void *report_fallback_ud; /* the guard's report of last resort (guard.h) */
@@ -287,6 +294,17 @@ static inline luna__task *luna__fast_await(lua_State *L) {
 /* The thread on which callbacks and handlers may be called now. */
 static inline lua_State *luna__exec_state(luna__binding *b) {
   return b->current != NULL ? b->current->co : b->exec_L;
+}
+
+/* True while b's work must wait: b->held was set (by the mods layer, when
+   a mod's time budget for the frame is spent) during the frame that is
+   running now. Every place that would start the state's code on its own
+   (a continuation, a timer, the ready ring, a task.on/every callback, a
+   predicate) asks first and, when held, leaves the work for the next frame
+   instead of dropping it. One byte test when nothing holds. */
+bool luna__still_held(luna__binding *b);
+static inline bool luna__held(luna__binding *b) {
+  return b->held && luna__still_held(b);
 }
 
 /* ---- binding.c ---------------------------------------------------------- */

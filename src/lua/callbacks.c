@@ -114,7 +114,8 @@ static bool callback_step(luna_loop *loop, void *arg) {
   lua_State *L = luna__exec_state(h->b);
   /* dt as luna_loop_delta, read in place: this runs once per callback */
   luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
-  call_handle(h->b, h, L, lua_gettop(L), (lua_Number)dt / 1e9, 0);
+  if (!luna__held(h->b)) /* held: called again at the next run */
+    call_handle(h->b, h, L, lua_gettop(L), (lua_Number)dt / 1e9, 0);
   return h->active; /* released, not yet collected: nothing ran since */
 }
 
@@ -145,6 +146,8 @@ static int stretch_body(lua_State *L) {
   while ((h = (luna__handle *)luna__batch_peek(s->bt)) != NULL && h->b == b) {
     luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
     luna__batch_take(s->bt);
+    if (luna__held(b))
+      continue; /* called again at the next run */
     s->cur = h;
     h->calling = true;
     lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
@@ -265,7 +268,7 @@ void luna__every_cb(luna_loop *loop, void *arg) {
   int top = lua_gettop(L);
   luna_ns now = luna_loop_time(loop, timer_clock[h->timer_kind]);
   int64_t due = (now - h->anchor) / h->interval;
-  int64_t n = due - h->calls_due;
+  int64_t n = due - h->calls_due, before = h->calls_due;
   if (n < 1)
     n = 1, due = h->calls_due + 1;
   h->calls_due = due;
@@ -275,6 +278,11 @@ void luna__every_cb(luna_loop *loop, void *arg) {
     luna__report(b, L, -1, 0, 0, "task.every (re-arming its timer)");
     lua_settop(L, top);
     deactivate(b, h, false);
+    return;
+  }
+  if (luna__held(b)) {
+    /* Held: no call now; the next one counts these intervals too. */
+    h->calls_due = before;
     return;
   }
   call_handle(b, h, L, top, 0, (lua_Integer)n);

@@ -824,7 +824,7 @@ static void pump_ready(luna__binding *b) {
   b->pumping = true;
   while (b->ready.count > 0) {
     luna__task *t;
-    if (++resumes > LUNA__DRAIN_LIMIT && defer_drain(b))
+    if ((++resumes > LUNA__DRAIN_LIMIT || luna__held(b)) && defer_drain(b))
       break;
     t = ready_pop(b);
     t->pending--;
@@ -900,13 +900,24 @@ void luna__start(luna__binding *b, luna__task *t) {
   run_now(b, t, t->on.ready.nresume);
 }
 
+bool luna__still_held(luna__binding *b) {
+  if (b->loop != NULL && b->loop->frame == b->held_frame)
+    return true;
+  b->held = false;
+  return false;
+}
+
 void luna__start_cb(luna_loop *loop, void *arg) {
   luna__task *t = (luna__task *)arg;
   (void)loop;
   t->pending--;
-  if (t->state == LUNA__PENDING && t->wait == LUNA__W_START && !t->cancel_requested)
+  if (t->state == LUNA__PENDING && t->wait == LUNA__W_START && !t->cancel_requested) {
+    /* Held: the start waits for the timing's next run (or, when that
+       cannot be queued, runs now). */
+    if (luna__held(t->b) && luna__start_at(t->b, t, (luna_timing)t->timing) == 0)
+      return;
     run_now(t->b, t, t->on.ready.nresume);
-  else
+  } else
     maybe_release(t->b, t);
 }
 
@@ -925,6 +936,10 @@ void luna__resume_cb(luna_loop *loop, void *arg) {
   (void)loop;
   t->pending--;
   if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_YIELD) {
+    if (luna__held(t->b) && luna_enqueue(loop, (luna_timing)t->timing, luna__resume_cb, t) == 0) {
+      t->pending++; /* held: waits for the timing's next run */
+      return;
+    }
     t->resume_error = false;
     t->on.ready.nresume = 0;
     run_now(t->b, t, 0);
@@ -954,8 +969,8 @@ void luna__timer_cb(luna_loop *loop, void *arg) {
   luna__task *t = (luna__task *)arg;
   luna__binding *b = t->b;
   (void)loop;
-  if (b->ready.count > 0 || b->pumping || b->depth > 0) {
-    luna__wake(b, t, t->co, 0, false);
+  if (b->ready.count > 0 || b->pumping || b->depth > 0 || luna__held(b)) {
+    luna__wake(b, t, t->co, 0, false); /* (the pump defers a held state's) */
     luna__pump(b);
     return;
   }
@@ -982,6 +997,17 @@ static void cancel_one(luna__binding *b, luna__task *t) {
     bool failure = t->state == LUNA__READY && take_failure(t, L);
     disarm(b, t);
     t->cancel_requested = true;
+    if (b->abandon) {
+      /* Its to-be-closed variables are abandoned: the state is being
+         closed after its time ran out (src/mods), and lua_close frees
+         the coroutine without running them. */
+      lua_settop(t->co, 0);
+      luna__push_cancel_error(t->co);
+      lua_pushnil(t->co);
+      b->abandoned++;
+      settle(b, t, LUNA__CANCELLED);
+      break;
+    }
     luna__push_cancel_error(t->co);
     t->resume_error = true;
     t->on.ready.nresume = 1;

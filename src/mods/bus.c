@@ -21,7 +21,11 @@
 ** its subscriptions in the order they were made. Each subscriber call gets
 ** its own copy of the value and its own instruction budget; an error in it
 ** is reported like a failing callback and does not stop the others.
-** Messages sent during a delivery wait for the next one.
+** Messages sent during a delivery wait for the next one. A subscriber call
+** also counts toward the mod's time budget of the frame; once a receiving
+** mod has spent it (luna__mod_held), the delivery stops at that mod and
+** goes on from it at the next frame, so its messages wait for it rather
+** than fail.
 **
 ** What a delivery costs: the receiving mods come from the topic index
 ** (topics.c), so a message costs a hash lookup plus its subscribers,
@@ -586,6 +590,14 @@ static bool deliver_message(luna_mods *set, const luna__message *msg, size_t *st
     deliver_ctx c;
     if (m->index < set->cursor.index)
       continue; /* delivered in an earlier frame */
+    if (luna__mod_held(m)) {
+      /* Its time for the frame is spent: the message waits for it, from
+         this very mod on (and the later messages wait for every mod). */
+      if (m->index != set->cursor.index)
+        set->cursor.resume = false;
+      set->cursor.index = m->index;
+      return false;
+    }
     memset(&c, 0, sizeof c);
     c.msg = msg;
     c.steps = steps;
@@ -813,11 +825,11 @@ static void set_int(lua_State *L, const char *k, lua_Integer v) {
 }
 
 /* mods.stats() -> {memory, host_memory, messages_waiting, memory_limit,
-   instruction_limit, budget_overruns, memory_overruns, max_overruns,
-   loads} */
+   instruction_limit, time_limit (seconds per frame; negative: none),
+   budget_overruns, memory_overruns, time_overruns, max_overruns, loads} */
 static int l_stats(lua_State *L) {
   luna__mod *m = luna__mod_of(L);
-  lua_createtable(L, 0, 9);
+  lua_createtable(L, 0, 11);
   set_int(L, "memory", (lua_Integer)m->mem_used);
   set_int(L, "host_memory", (lua_Integer)m->host_bytes);
   set_int(L, "messages_waiting", (lua_Integer)m->queued);
@@ -825,6 +837,9 @@ static int l_stats(lua_State *L) {
   set_int(L, "instruction_limit", (lua_Integer)m->budget);
   set_int(L, "budget_overruns", (lua_Integer)m->budget_overruns);
   set_int(L, "memory_overruns", (lua_Integer)m->memory_overruns);
+  set_int(L, "time_overruns", (lua_Integer)m->time_overruns);
+  lua_pushnumber(L, (lua_Number)m->time_limit / 1e9);
+  lua_setfield(L, -2, "time_limit");
   set_int(L, "max_overruns", (lua_Integer)m->set->cfg.max_overruns);
   set_int(L, "loads", (lua_Integer)m->loads);
   return 1;

@@ -103,12 +103,14 @@ void luna__mod_uncharge(luna__mod *m, size_t n) {
   m->host_bytes -= n;
 }
 
-void luna__mod_overrun(luna__mod *m, bool memory) {
-  if (memory)
+void luna__mod_overrun(luna__mod *m, luna__overrun kind) {
+  if (kind == LUNA__OVERRUN_MEMORY)
     m->memory_overruns++;
+  else if (kind == LUNA__OVERRUN_TIME)
+    m->time_overruns++;
   else
     m->budget_overruns++;
-  if (m->budget_overruns + m->memory_overruns >= m->set->cfg.max_overruns)
+  if (m->budget_overruns + m->memory_overruns + m->time_overruns >= m->set->cfg.max_overruns)
     m->disable_pending = true;
 }
 
@@ -187,8 +189,11 @@ static int report_error(lua_State *L) {
   lua_settop(L, 4);
   what = lua_isstring(L, 4) ? lua_tostring(L, 4) : lua_isnil(L, 3) ? "callback" : "task";
   if (lua_type(L, 1) == LUA_TSTRING && strcmp(lua_tostring(L, 1), "not enough memory") == 0)
-    luna__mod_overrun(m, true);
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &mod_handler_key) == LUA_TFUNCTION) {
+    luna__mod_overrun(m, LUNA__OVERRUN_MEMORY);
+  /* A mod whose time for the frame is spent has its errors reported by
+     the set: its handler would be stopped at its first instruction. */
+  if (!luna__mod_held(m) &&
+      lua_rawgetp(L, LUA_REGISTRYINDEX, &mod_handler_key) == LUA_TFUNCTION) {
     lua_pushvalue(L, 1);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
@@ -212,7 +217,7 @@ static int report_error(lua_State *L) {
 static void report_without_memory(void *ud, const char *what, const char *message) {
   luna__mod *m = (luna__mod *)ud;
   if (message != NULL && strcmp(message, "not enough memory") == 0)
-    luna__mod_overrun(m, true);
+    luna__mod_overrun(m, LUNA__OVERRUN_MEMORY);
   luna__mods_report(m->set, m->man.name, "%s failed: %s", what,
                     message != NULL ? message : "not enough memory to show its error");
 }
@@ -326,10 +331,14 @@ static int cancel_all(lua_State *L) {
    while the state is whole, so that what goes wrong in their to-be-closed
    variables (an error, "not enough memory", the budget) is reported and
    counted in m->errors_before like any other error; each cancellation is a
-   resume with its budget and the strict memory cap. Then the guard takes
-   whatever is left off the loop without running Lua code (cancellations
-   that could not run for lack of memory), so lua_close runs no mod code:
-   its finalizers run with hooks off, where no budget could stop them. */
+   resume with its budget and the strict memory cap, and they share the
+   unload's time budget (luna__mod_close starts it): once it is spent,
+   the tasks not cancelled yet are abandoned (the binding settles them
+   without running their to-be-closed variables) and one report says how
+   many. Then the guard takes whatever is left off the loop without
+   running Lua code (cancellations that could not run for lack of
+   memory), so lua_close runs no mod code: its finalizers run with hooks
+   off, where no budget could stop them. */
 static void close_state(luna__mod *m) {
   int base;
   if (m->L == NULL)
@@ -338,6 +347,9 @@ static void close_state(luna__mod *m) {
   m->running++;
   m->set->busy++;
   luna__guard_begin_close(m->L);
+  m->unloading = true;
+  if (m->binding != NULL && luna__held(m->binding))
+    m->binding->abandon = true;
   lua_pushcfunction(m->L, cancel_all);
   if (lua_pcall(m->L, 0, 0, 0) != LUA_OK) {
     /* Outside any budget: no __tostring of the mod's may run here. */
@@ -346,6 +358,14 @@ static void close_state(luna__mod *m) {
                                                        : "(not a string)");
     m->errors_before++;
   }
+  if (m->binding != NULL && m->binding->abandoned > 0) {
+    luna__mods_report(m->set, m->man.name,
+                      "unloading used up its time budget (%g ms): the to-be-closed "
+                      "variables of %llu tasks did not run",
+                      (double)m->time_limit / 1e6, (unsigned long long)m->binding->abandoned);
+    m->errors_before++;
+  }
+  m->unloading = false;
   lua_settop(m->L, base);
   m->set->busy--;
   luna__guard_detach(m->L);
@@ -369,7 +389,10 @@ bool luna__mod_open(luna__mod *m) {
   m->exceeded = false;
   m->binding = NULL; /* set by luna__budget_install */
   m->mem_strict = false;
-  m->budget_overruns = m->memory_overruns = 0;
+  m->budget_overruns = m->memory_overruns = m->time_overruns = 0;
+  m->time_limit = set->cfg.time_limit;
+  m->thread = NULL;
+  luna__budget_fresh(m); /* loading gets a time budget of its own */
   m->disable_pending = false;
   m->last_error[0] = '\0';
   m->L = lua_newstate(luna__mod_alloc, m);
@@ -406,6 +429,7 @@ fail:
 void luna__mod_close(luna__mod *m, bool call_unload, bool keep) {
   if (m->L == NULL)
     return;
+  luna__budget_fresh(m); /* unloading gets a time budget of its own */
   if (call_unload) {
     unload_ctx u = {m, keep};
     if (!luna__mod_pcall(m, call_on_unload, &u, true)) {
@@ -419,6 +443,7 @@ void luna__mod_close(luna__mod *m, bool call_unload, bool keep) {
 void luna__mod_free(luna__mod *m) {
   if (m == NULL)
     return;
+  luna__budget_fresh(m);
   close_state(m);
   luna__manifest_free(&m->man);
   free(m->dir);

@@ -4,7 +4,10 @@
 **   set.c      the set: loading a folder in dependency order, the upkeep
 **              item (delivery, disabling, file checks), the public API
 **   mod.c      one mod: its allocator, its state's lifecycle, reports
-**   budget.c   the instruction budget: count hooks and the binding observer
+**   budget.c   the instruction and time budgets: count hooks and the
+**              binding observer
+**   watchdog.c the thread that stops a mod's code when its time runs out
+**   pattern.c  the bounded pattern matcher of the mods' string library
 **   sandbox.c  the whitelist environment a mod's code sees
 **   bus.c      copying values between states, the bus, the `mods` module
 **   topics.c   the bus's index of subscriptions by topic
@@ -36,6 +39,17 @@
 #include "lunaloop_mods.h"
 
 typedef struct luna__mod luna__mod;
+typedef struct luna__watchdog luna__watchdog;
+
+/* Depth of nested contexts whose threads a mod remembers (budget.c). */
+#define LUNA__THREAD_STACK 32
+
+/* What an overrun was of (luna__mod_overrun). */
+typedef enum luna__overrun {
+  LUNA__OVERRUN_BUDGET,
+  LUNA__OVERRUN_MEMORY,
+  LUNA__OVERRUN_TIME
+} luna__overrun;
 
 /* What a manifest says. Strings are malloc'ed. */
 typedef struct luna__manifest {
@@ -60,6 +74,9 @@ struct luna__mod {
                                  against mem_limit with mem_used */
   size_t queued, queued_bytes; /* its share of the bus: messages waiting */
   bool mem_strict;            /* refuse past mem_limit (inside a context) */
+  bool unloading;             /* its tasks are being cancelled to close its
+                                 state: past the time budget they are
+                                 abandoned (budget.c) */
   /* instruction budget (budget.c) */
   uint64_t budget;            /* the limit per context */
   uint64_t used;              /* instructions counted in this context */
@@ -70,9 +87,20 @@ struct luna__mod {
                                  `stop_msg` mirrors `exceeded` */
   char exceeded_msg[200];     /* the first error of it, raised again */
   lua_State *ctx_thread;      /* thread the outermost context began on */
+  /* time budget (budget.c) */
+  luna_ns time_limit;         /* ns per frame; <= 0: none */
+  luna_ns time_spent;         /* by the contexts of time_frame that ended */
+  uint64_t time_frame;        /* the frame time_spent counts (or the load's) */
+  luna_ns ctx_began;          /* the clock when the outermost context began */
+  bool time_counted;          /* a time overrun was counted in time_frame */
+  lua_State *thread;          /* the thread the mod's code runs on now,
+                                 inside a context (the watchdog's target) */
+  lua_State *threads[LUNA__THREAD_STACK]; /* `thread` outside each nested
+                                 context, by depth */
+  unsigned sort_calls;        /* comparisons of the sandbox's table.sort */
   int running;                /* > 0 while the set itself calls into L */
   /* overruns since the last load, and the verdict */
-  uint64_t budget_overruns, memory_overruns;
+  uint64_t budget_overruns, memory_overruns, time_overruns;
   bool disable_pending;
   uint64_t loads;
   uint64_t errors_before;     /* errors of states closed earlier (including
@@ -144,6 +172,7 @@ struct luna_mods {
   uint64_t frames_seen;       /* runs of the item, for watch_frames */
   uint64_t errors;            /* load failures and disables reported */
   int busy;                   /* > 0 while the set calls into any mod */
+  luna__watchdog *watchdog;   /* NULL without a time limit */
   char last_error[1024];
 };
 
@@ -172,7 +201,7 @@ bool luna__mod_pcall(luna__mod *m, lua_CFunction f, void *ud, bool budget);
 /* task.on_error as mods see it: the mod's handler is called by the set's. */
 int luna__l_mod_on_error(lua_State *L);
 /* Counts an overrun and marks the mod for disabling at max_overruns. */
-void luna__mod_overrun(luna__mod *m, bool memory);
+void luna__mod_overrun(luna__mod *m, luna__overrun kind);
 /* Charges n bytes of host memory kept for m to its cap: false (nothing
    charged) when its state and what the host keeps for it would pass
    mem_limit. luna__mod_uncharge gives them back. */
@@ -188,6 +217,44 @@ void luna__budget_hook_thread(luna__mod *m, lua_State *co);
 /* Opens and closes a budget context; the outermost one resets the count. */
 void luna__budget_begin(luna__mod *m, lua_State *thread);
 void luna__budget_end(luna__mod *m);
+/* The count hook of every thread of a mod (the watchdog arms it). */
+void luna__budget_hook(lua_State *L, lua_Debug *ar);
+/* Starts a fresh time budget (loading and unloading each get one). */
+void luna__budget_fresh(luna__mod *m);
+/* The mod's code goes on on thread co (a coroutine it resumes or closes);
+   returns the thread it ran on before, to give back when co returns. */
+lua_State *luna__budget_switch(luna__mod *m, lua_State *co);
+/* True when m's time for this frame is spent: its work waits for the next
+   frame. (The bus keeps such a mod's messages for it.) */
+bool luna__mod_held(luna__mod *m);
+/* Raises the time budget's stop in L when m's time has run out (the
+   pattern matcher calls it every so many steps). */
+void luna__budget_check_time(lua_State *L, luna__mod *m);
+/* Counts n instructions of work a C function did for the open context
+   (the matcher's steps); past the budget, L stops at its next
+   instruction. */
+void luna__budget_charge(lua_State *L, luna__mod *m, uint64_t n);
+
+/* ---- watchdog.c ----------------------------------------------------------- */
+/* Starts the thread; NULL when it cannot be started. */
+luna__watchdog *luna__watchdog_new(void);
+void luna__watchdog_free(luna__watchdog *wd);
+/* A context opens on thread L and may run until `deadline` (CLOCK_MONOTONIC
+   ns); past it, the watchdog arms luna__budget_hook on the context's
+   running thread to fire at the next instruction, and again every
+   millisecond until the context closes. Loop thread. */
+void luna__watchdog_arm(luna__watchdog *wd, lua_State *L, luna_ns deadline);
+/* The open context's code runs on L now. */
+void luna__watchdog_thread(luna__watchdog *wd, lua_State *L);
+/* The context closed. */
+void luna__watchdog_disarm(luna__watchdog *wd);
+
+/* ---- pattern.c ------------------------------------------------------------ */
+/* Sets find, match, gmatch and gsub in the table on top of L to the
+   bounded matcher's, for mod m (NULL: no mod; then a call may take
+   LUNA__PATTERN_STEPS steps and no time budget applies). */
+#define LUNA__PATTERN_STEPS 10000000
+void luna__pattern_install(lua_State *L, luna__mod *m);
 
 /* ---- sandbox.c ------------------------------------------------------------ */
 /* Builds the sandbox in L (opened libraries and the module are there) and

@@ -26,6 +26,12 @@
 ** - coroutine.resume/close accept only coroutines made by the sandbox's
 **   coroutine.create/wrap (not a task's coroutine, which only the scheduler
 **   may resume), and every coroutine gets the budget hook;
+** - no single call whose cost the budgets cannot reach: the pattern
+**   functions are the bounded matcher (pattern.c), collectgarbage allows
+**   only count, isrunning and one basic step, string.rep of an empty
+**   result and table.move over more slots than the memory cap holds
+**   return or raise at once, and table.sort checks the time budget
+**   between comparisons (docs/modding.md, "Time");
 ** - the task module is built from an allowed list (task_allowed: no step,
 **   run, exit, set_budget or debug, since the loop, its budgets and
 **   profiling belong to the host), time_scale read-only, and on_error's
@@ -303,21 +309,98 @@ static int l_getmetatable(lua_State *L) {
   return 1;
 }
 
-/* collectgarbage([opt [, arg]]): only "collect" (the default), "count",
-   "step" and "isrunning"; tuning or stopping the collector is the host's. */
+/* collectgarbage(opt [, 0]): only what cannot stall: "count", "isrunning"
+   and "step" as one basic step (a step of a given size, like a full
+   "collect", costs time in proportion to the heap inside one C call, where
+   no budget can stop it). Tuning or stopping the collector is the host's. */
 static int l_collectgarbage(lua_State *L) {
-  static const char *const allowed[] = {"collect", "count", "step", "isrunning", NULL};
+  static const char *const allowed[] = {"count", "step", "isrunning", NULL};
   const char *opt = luaL_optstring(L, 1, "collect");
   int i;
   for (i = 0; allowed[i] != NULL; i++)
     if (strcmp(opt, allowed[i]) == 0)
       break;
   if (allowed[i] == NULL)
-    return luaL_error(L, "collectgarbage: option '%s' is not allowed in mods", opt);
+    return luaL_error(L, "collectgarbage: option '%s' is not allowed in mods (only 'count', "
+                         "'isrunning' and 'step', one basic step)", opt);
+  if (i == 1 && !lua_isnoneornil(L, 2) && luaL_checkinteger(L, 2) != 0)
+    return luaL_error(L, "collectgarbage: mods may take one basic step only ('step' without "
+                         "a size)");
+  lua_settop(L, 1);
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  lua_call(L, 1, LUA_MULTRET);
   return lua_gettop(L);
+}
+
+/* string.rep(s, n [, sep]): the stock one, except that an empty result is
+   returned at once: the stock loop copies nothing n - 1 times, so
+   ("").rep("", math.maxinteger) would run for ever without allocating.
+   Every other result is bounded by the memory cap, and so is its time. */
+static int l_string_rep(lua_State *L) {
+  size_t l, lsep = 0;
+  luaL_checklstring(L, 1, &l);
+  luaL_checkinteger(L, 2);
+  luaL_optlstring(L, 3, "", &lsep);
+  if (l + lsep == 0) {
+    lua_pushliteral(L, "");
+    return 1;
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+/* The comparator of the sandbox's table.sort: the mod's (upvalue 1) or
+   `<`, and every 1024 comparisons a check of the time budget, so that a
+   sort of millions of values (seconds inside one C call) stops at the
+   deadline too. */
+static int sort_less(lua_State *L) {
+  luna__mod *m = luna__mod_of(L);
+  bool less;
+  if ((++m->sort_calls & 1023) == 0)
+    luna__budget_check_time(L, m);
+  if (lua_isnil(L, lua_upvalueindex(1))) {
+    less = lua_compare(L, 1, 2, LUA_OPLT);
+  } else {
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, 2, 1);
+    less = lua_toboolean(L, -1);
+  }
+  lua_pushboolean(L, less);
+  return 1;
+}
+
+/* table.sort(t [, comp]): the stock sort (upvalue 1) with sort_less. */
+static int l_table_sort(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 2))
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_settop(L, 2);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_pushcclosure(L, sort_less, 1);
+  lua_call(L, 2, 0);
+  return 0;
+}
+
+/* table.move(a1, f, e, t [, a2]): the stock one for at most as many
+   elements as the mod's memory could hold (16 bytes a value, its cap): the
+   stock loop moves nils as readily as values, so table.move({}, 1, 2^53, 2)
+   would run for ever without allocating. */
+static int l_table_move(lua_State *L) {
+  luna__mod *m = luna__mod_of(L);
+  lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
+  if (e >= f && (lua_Unsigned)e - (lua_Unsigned)f >= (lua_Unsigned)(m->mem_limit / 16))
+    return luaL_error(L, "table.move: too many elements (at most %I in a mod: its memory "
+                         "cap over 16 bytes)", (lua_Integer)(m->mem_limit / 16));
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
 }
 
 /* ---- coroutines ------------------------------------------------------------------------- */
@@ -351,22 +434,33 @@ static lua_State *check_own_thread(lua_State *L, const char *fname) {
   return co;
 }
 
-/* coroutine.resume(co, ...) / coroutine.close(co): the stock functions, for
-   the mod's own coroutines only. */
-static int l_co_resume(lua_State *L) {
-  check_own_thread(L, "coroutine.resume");
+/* Calls the upvalue (the binding's resume or close) with the arguments,
+   telling the budget (the watchdog's target) that the mod's code runs on
+   co meanwhile. Protected, so that the running thread is given back
+   whatever happens (a thread the watchdog still pointed at could be
+   collected). */
+static int call_on(lua_State *L, lua_State *co) {
+  luna__mod *m = luna__mod_of(L);
+  lua_State *before;
+  int st;
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  before = luna__budget_switch(m, co);
+  st = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+  luna__budget_switch(m, before);
+  if (st != LUA_OK)
+    return lua_error(L);
   return lua_gettop(L);
 }
 
+/* coroutine.resume(co, ...) / coroutine.close(co): the stock functions, for
+   the mod's own coroutines only. */
+static int l_co_resume(lua_State *L) {
+  return call_on(L, check_own_thread(L, "coroutine.resume"));
+}
+
 static int l_co_close(lua_State *L) {
-  check_own_thread(L, "coroutine.close");
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
+  return call_on(L, check_own_thread(L, "coroutine.close"));
 }
 
 /* coroutine.wrap, written on the sandbox's create/resume so its coroutine
@@ -451,7 +545,6 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   static const char *const os_safe[] = {"time", "clock", "date", "difftime", NULL};
   static const char *const co_safe[] = {"yield", "status", "running", "isyieldable", NULL};
   int G, S, loaded;
-  (void)m;
   new_weak_set(L, &own_mts_key);
   new_weak_set(L, &own_threads_key);
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
@@ -474,13 +567,34 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   lua_pushcclosure(L, l_collectgarbage, 1);
   lua_setfield(L, S, "collectgarbage");
 
-  /* string: the state's own library without dump (it is also the string
-     metatable's __index, so ("").dump is gone too). */
+  /* string: the state's own library without dump, with the bounded
+     pattern matcher and rep (it is also the string metatable's __index, so
+     ("").dump is gone too and ("x"):find is bounded). */
   lua_getfield(L, G, "string");
   lua_pushnil(L);
   lua_setfield(L, -2, "dump");
+  luna__pattern_install(L, m);
+  lua_getfield(L, -1, "rep");
+  lua_pushcclosure(L, l_string_rep, 1);
+  lua_setfield(L, -2, "rep");
   lua_setfield(L, S, "string");
+  /* table: a copy (the binding's Lua code keeps using the stock one) with
+     a bounded move and a sort that the time budget reaches. */
+  lua_newtable(L);
   lua_getfield(L, G, "table");
+  lua_pushnil(L);
+  while (lua_next(L, -2) != 0) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_settable(L, -5);
+  }
+  lua_getfield(L, -1, "move");
+  lua_pushcclosure(L, l_table_move, 1);
+  lua_setfield(L, -3, "move");
+  lua_getfield(L, -1, "sort");
+  lua_pushcclosure(L, l_table_sort, 1);
+  lua_setfield(L, -3, "sort");
+  lua_pop(L, 1);
   lua_setfield(L, S, "table");
   lua_getfield(L, G, "math");
   lua_setfield(L, S, "math");

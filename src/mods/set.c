@@ -203,9 +203,11 @@ static void process_disables(luna_mods *set) {
       continue;
     snprintf(m->last_error, sizeof m->last_error,
              "disabled after %llu overruns: instruction budget exceeded %llu times "
-             "(limit %llu instructions), memory cap hit %llu times (limit %zu bytes)",
-             (unsigned long long)(m->budget_overruns + m->memory_overruns),
+             "(limit %llu instructions), time budget exceeded %llu times (limit %g ms "
+             "per frame), memory cap hit %llu times (limit %zu bytes)",
+             (unsigned long long)(m->budget_overruns + m->memory_overruns + m->time_overruns),
              (unsigned long long)m->budget_overruns, (unsigned long long)m->budget,
+             (unsigned long long)m->time_overruns, (double)m->time_limit / 1e6,
              (unsigned long long)m->memory_overruns, m->mem_limit);
     luna__mods_report(set, m->man.name, "%s", m->last_error);
     set->errors++;
@@ -279,6 +281,8 @@ LUNA_API int luna_mods_new(luna_loop *loop, const luna_mods_config *config, luna
     set->cfg.instruction_limit = 10000000;
   if (set->cfg.instruction_limit > INT_MAX)
     set->cfg.instruction_limit = INT_MAX;
+  if (set->cfg.time_limit == 0)
+    set->cfg.time_limit = 50 * (luna_ns)1000000;
   if (set->cfg.max_overruns == 0)
     set->cfg.max_overruns = 3;
   if (set->cfg.watch_frames == 0)
@@ -289,8 +293,13 @@ LUNA_API int luna_mods_new(luna_loop *loop, const luna_mods_config *config, luna
     set->cfg.timing = LUNA_EARLY_UPDATE;
   set->loop = loop;
   luna__topics_init(set);
+  if (set->cfg.time_limit > 0 && (set->watchdog = luna__watchdog_new()) == NULL) {
+    free(set);
+    return LUNA_ENOMEM;
+  }
   rc = luna_item_add(loop, (luna_timing)set->cfg.timing, upkeep, set, &set->item);
   if (rc != 0) {
+    luna__watchdog_free(set->watchdog);
     free(set);
     return rc;
   }
@@ -310,6 +319,7 @@ LUNA_API void luna_mods_free(luna_mods *set) {
   if (set->has_item)
     luna_item_remove(set->loop, set->item);
   luna__topics_free(set);
+  luna__watchdog_free(set->watchdog);
   free(set);
 }
 
@@ -606,6 +616,7 @@ LUNA_API int luna_mods_get_info(const luna_mods *set, size_t i, luna_mod_info *o
   out->errors = m->errors_before + (m->L != NULL ? luna_lua_error_count(m->L) : 0);
   out->budget_overruns = m->budget_overruns;
   out->memory_overruns = m->memory_overruns;
+  out->time_overruns = m->time_overruns;
   out->loads = m->loads;
   out->last_error = m->last_error;
   return 0;

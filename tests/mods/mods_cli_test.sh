@@ -33,7 +33,7 @@ expect_no_err() { ! grep -qE -- "$1" "$ERR" || fail "stderr has a line matching 
 # the endless loop and the memory hog are stopped, reported and disabled;
 # the run ends by itself, exit 1 since errors were reported.
 case_examples() {
-  ll mods --fast --memory 16m --budget 2000000 "$ROOT/examples/mods"
+  ll mods --fast --memory 16m --budget 2000000 --time-budget 60000 "$ROOT/examples/mods"
   expect_status 1
   expect_out '^\[core\] core 1\.0\.0 starts at frame 0$'
   expect_out '^\[hud\] hud ready; core loaded: true$'
@@ -54,10 +54,10 @@ case_examples() {
 case_repeatable() {
   mkdir -p "$TMP/r"
   printf 'for i = 1, 3 do print(math.random(1000)); task.yield() end\n' >"$TMP/r/mod.lua"
-  ll mods --fast --seed 7 "$TMP"
+  ll mods --fast --time-budget 60000 --seed 7 "$TMP"
   expect_status 0
   cp "$OUT" "$TMP/first"
-  ll mods --fast --seed 7 "$TMP"
+  ll mods --fast --time-budget 60000 --seed 7 "$TMP"
   diff -u "$TMP/first" "$OUT" || fail "two runs differ"
   [ "$(wc -l <"$OUT")" -eq 3 ] || fail "expected 3 lines"
 }
@@ -66,7 +66,7 @@ case_repeatable() {
 case_frames() {
   mkdir -p "$TMP/f"
   printf 'n = 0\ntask.on(function() n = n + 1 end)\nmods.on_unload(function() print("never") end)\n' >"$TMP/f/mod.lua"
-  ll mods --fast --frames 5 "$TMP"
+  ll mods --fast --time-budget 60000 --frames 5 "$TMP"
   expect_status 0
   expect_err '^  f 0: loaded, 0 errors'
 }
@@ -74,7 +74,8 @@ case_frames() {
 # Two tasks of a mod passing values over a channel for ever: each turn is
 # a resume of its own (a fresh budget), so the first frame never ended and
 # the host never got control back. A drain of wake-ups now stops after
-# 100,000 resumes, so the frames end and --frames stops the run.
+# 100,000 resumes, so the frames end and --frames stops the run, even
+# without a time budget (which would end each frame's drain sooner).
 case_channel_ping_pong_lets_frames_end() {
   mkdir -p "$TMP/p"
   printf '%s\n' 'local ch = task.channel(1)' \
@@ -82,7 +83,7 @@ case_channel_ping_pong_lets_frames_end() {
     'task.on("LastUpdate", function() print("frame", task.frame()) end)' \
     'while true do ch:receive() end' >"$TMP/p/mod.lua"
   status=0
-  timeout 120 "$LUNALOOP" mods --fast --budget 200000 --frames 3 "$TMP" >"$OUT" 2>"$ERR" </dev/null ||
+  timeout 120 "$LUNALOOP" mods --fast --budget 200000 --time-budget 0 --frames 3 "$TMP" >"$OUT" 2>"$ERR" </dev/null ||
     status=$?
   expect_status 0
   expect_out '^\[p\] frame	3$'
@@ -102,7 +103,7 @@ case_shutdown_errors() {
     '    local t = {}; for i = 1, 100 do t[i] = string.rep("x", 100000) .. i end' \
     '  end})' \
     '  task.delay(1000)' 'end)' >"$TMP/m/mod.lua"
-  ll mods --fast --frames 2 --budget 100000 --memory 1m "$TMP"
+  ll mods --fast --frames 2 --budget 100000 --time-budget 60000 --memory 1m "$TMP"
   expect_status 1
   expect_err "^lunaloop: mod 'b': to-be-closed variable of task b/mod\.lua:1 failed: b/mod\.lua:2: instruction budget exceeded"
   expect_err "^lunaloop: mod 'm': to-be-closed variable of task m/mod\.lua:1 failed: not enough memory$"
@@ -125,7 +126,7 @@ case_interrupt_then_xpcall_in_close_handler() {
     '  print("waiting")' \
     '  task.delay(100)' 'end)' >"$TMP/x/mod.lua"
   status=0
-  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" mods "$TMP" >"$OUT" 2>"$ERR" </dev/null ||
+  timeout --foreground --preserve-status -s INT 1 "$LUNALOOP" mods --time-budget 60000 "$TMP" >"$OUT" 2>"$ERR" </dev/null ||
     status=$?
   expect_status 130
   expect_out '^\[x\] waiting$'
@@ -141,6 +142,9 @@ case_usage_errors() {
   expect_err "bad value '0' for --budget"
   ll mods --memory lots "$ROOT/examples/mods"
   expect_status 2
+  ll mods --time-budget -5 "$ROOT/examples/mods"
+  expect_status 2
+  expect_err "bad value '-5' for --time-budget \(expected a whole number of milliseconds >= 0\)"
   # the options shared with run are parsed by the same code (options.c)
   ll mods --time-scale 1e300 "$ROOT/examples/mods"
   expect_status 2
@@ -166,7 +170,7 @@ case_cycle() {
   printf 'print("a")\n' >"$TMP/a/mod.lua"
   printf 'print("b")\n' >"$TMP/b/mod.lua"
   printf 'print("c runs")\n' >"$TMP/c/mod.lua"
-  ll mods --fast "$TMP"
+  ll mods --fast --time-budget 60000 "$TMP"
   expect_status 1
   expect_out '^\[c\] c runs$'
   expect_err "^lunaloop: mod 'a': not loaded: dependency cycle: a -> b -> a$"

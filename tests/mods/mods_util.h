@@ -70,6 +70,11 @@ static inline fixture *fx_new(const luna_mods_config *cfg) {
     memset(&c, 0, sizeof c);
     c.watch_frames = -1;
   }
+  /* The time budget measures the real clock unless a test installs its
+     own: a generous one keeps the other tests from depending on how busy
+     the machine is. */
+  if (c.time_limit == 0)
+    c.time_limit = (luna_ns)60 * 1000000000;
   c.print = fx_print;
   c.print_ud = f;
   c.report = fx_report;

@@ -223,7 +223,7 @@ static void setmetatable_refuses_gc(void **state) {
             "assert(not ok and err:find('__gc'), err)\n"
             "local mt = {}; local t = setmetatable({}, mt)\n"
             "mt.__gc = function() while true do end end\n" /* too late: never called */
-            "t = nil; collectgarbage()\n"
+            "t = nil; for _ = 1, 100 do collectgarbage('step') end\n"
             "assert(getmetatable(t2 or setmetatable({}, {__index = {a = 1}})).__index.a == 1)\n"
             "local p = setmetatable({}, {__metatable = 'locked'})\n"
             "assert(getmetatable(p) == 'locked' and not pcall(setmetatable, p, {}))\n"
@@ -398,16 +398,57 @@ static void everything_a_mod_can_reach_is_listed(void **state) {
   fx_free(f);
 }
 
-static void collectgarbage_is_limited(void **state) {
+/* Only what cannot stall: a full collection (the default "collect") or a
+   step of a given size costs time in proportion to the heap inside one C
+   call, where no budget reaches; one basic step is bounded. */
+static void collectgarbage_allows_only_what_cannot_stall(void **state) {
   (void)state;
   expect_ok("assert(type(collectgarbage('count')) == 'number')\n"
-            "collectgarbage(); collectgarbage('collect'); collectgarbage('step')\n"
+            "collectgarbage('step'); collectgarbage('step', 0)\n"
             "assert(collectgarbage('isrunning') == true)\n"
-            "for _, opt in ipairs{'stop', 'restart', 'incremental', 'generational',\n"
+            "local ok, err = pcall(collectgarbage, 'step', 100000)\n"
+            "assert(not ok and err:find('one basic step only'), err)\n"
+            "assert(not pcall(collectgarbage))\n"
+            "for _, opt in ipairs{'collect', 'stop', 'restart', 'incremental', 'generational',\n"
             "                     'setpause', 'setstepmul'} do\n"
-            "  local ok, err = pcall(collectgarbage, opt)\n"
+            "  ok, err = pcall(collectgarbage, opt)\n"
             "  assert(not ok and err:find('not allowed'), opt)\n"
             "end\n"
+            "print('ok')", NULL);
+}
+
+/* Single calls that looped for ever without allocating: string.rep of an
+   empty string, table.move over a range of nils. The sort is the stock
+   one with a comparator of the sandbox's in between. */
+static void calls_that_could_loop_for_ever_are_bounded(void **state) {
+  (void)state;
+  expect_ok("assert(string.rep('', math.maxinteger) == '' and ('').rep('', 1e15, '') == '')\n"
+            "assert(('ab'):rep(3, ',') == 'ab,ab,ab')\n"
+            "local ok, err = pcall(table.move, {}, 1, 1 << 53, 2)\n"
+            "assert(not ok and err:find('too many elements'), err)\n"
+            "assert(table.concat(table.move({1, 2, 3}, 1, 3, 2), ',') == '1,1,2,3')\n"
+            "local t = {3, 1, 2}; table.sort(t); assert(table.concat(t) == '123')\n"
+            "table.sort(t, function(a, b) return a > b end); assert(table.concat(t) == '321')\n"
+            "ok, err = pcall(table.sort, t, 1)\n"
+            "assert(not ok and err:find('function expected'), err)\n"
+            "print('ok')", NULL);
+}
+
+/* string.find(("a"):rep(2000), ".-.-.-x") did not return in a minute:
+   in a mod it raises "pattern too complex" after the budget's worth of
+   steps, by the library and through the string metatable alike, and a
+   loop of such calls is stopped by the instruction budget they are
+   charged to. */
+static void pathological_pattern_ends_with_an_error(void **state) {
+  (void)state;
+  expect_ok("local s = ('a'):rep(2000)\n"
+            "local ok, err = pcall(string.find, s, '.-.-.-x')\n"
+            "assert(not ok and err:find('pattern too complex'), err)\n"
+            "ok, err = pcall(function() return s:find('.-.-.-x') end)\n"
+            "assert(not ok and err:find('pattern too complex'), err)\n"
+            "ok, err = pcall(string.gsub, s, '(.-)(.-)(.-)x', '')\n"
+            "assert(not ok and err:find('pattern too complex'), err)\n"
+            "assert(('hello world'):gsub('o', '0') == 'hell0 w0rld')\n"
             "print('ok')", NULL);
 }
 
@@ -494,7 +535,9 @@ int main(void) {
       cmocka_unit_test(rewriting_the_libraries_changes_nothing_in_the_binding),
       cmocka_unit_test(an_unloading_mod_reaches_no_loop_or_bus),
       cmocka_unit_test(everything_a_mod_can_reach_is_listed),
-      cmocka_unit_test(collectgarbage_is_limited),
+      cmocka_unit_test(collectgarbage_allows_only_what_cannot_stall),
+      cmocka_unit_test(calls_that_could_loop_for_ever_are_bounded),
+      cmocka_unit_test(pathological_pattern_ends_with_an_error),
       cmocka_unit_test(coroutine_resume_refuses_task_coroutines),
       cmocka_unit_test(task_module_has_no_loop_control),
       cmocka_unit_test(globals_are_per_mod),
