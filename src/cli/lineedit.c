@@ -39,6 +39,7 @@ static EditLine *el;
 static History *hist;
 static const char *prompt = ""; /* the prompt of the line being edited */
 static bool editing;            /* unbuffered mode: prompt shown, terminal raw */
+static bool eof_typed;          /* the last key was Ctrl-D on an empty line */
 
 /* libedit's prompt function. */
 static char *prompt_text(EditLine *e) {
@@ -59,6 +60,28 @@ static const char *const key_bindings[][2] = {
   {"\\e[5C", "em-next-word"},        {"\\e[5D", "ed-prev-word"},
   {"\\e\\e[C", "em-next-word"},      {"\\e\\e[D", "ed-prev-word"},
 };
+
+/* Ctrl-D, as libedit's em-delete-or-list: on an empty line the end of
+   input, else it deletes the character under the cursor (at the end of a
+   line it only beeps: the REPL completes nothing). It is the REPL's own so
+   that the end of input is told from a line that holds a ^D typed with
+   Ctrl-V (or Insert) Ctrl-D: in unbuffered mode libedit returns both as the
+   one-character line "^D". */
+static unsigned char end_or_delete(EditLine *e, int ch) {
+  (void)ch;
+  const LineInfoW *li = el_wline(e);
+  if (li->lastchar == li->buffer) {
+    eof_typed = true;
+    fputs("^D", stdout); /* the echo libedit gives the end of input */
+    fflush(stdout);
+    return CC_EOF;
+  }
+  if (li->cursor == li->lastchar)
+    return CC_ERROR;
+  el_cursor(e, 1);
+  el_wdeletestr(e, 1);
+  return CC_REFRESH;
+}
 
 bool luna__edit_open(const char *history_file) {
   /* Keys arrive in the terminal's encoding, usually UTF-8: as GNU readline
@@ -83,6 +106,9 @@ bool luna__edit_open(const char *history_file) {
   el_set(el, EL_HIST, history, hist);
   for (size_t i = 0; i < sizeof key_bindings / sizeof key_bindings[0]; i++)
     el_set(el, EL_BIND, key_bindings[i][0], key_bindings[i][1], (const char *)NULL);
+  el_set(el, EL_ADDFN, "lunaloop-end-or-delete", "end of input on an empty line, else delete",
+         end_or_delete);
+  el_set(el, EL_BIND, "^D", "lunaloop-end-or-delete", (const char *)NULL);
   el_source(el, NULL); /* ~/.editrc */
   if (history_file != NULL)
     history(hist, &ev, H_LOAD, history_file);
@@ -145,7 +171,9 @@ static char *encode_line(const wchar_t *w, size_t n) {
 }
 
 /* Enter ends the line (libedit appends a newline to it); Ctrl-D on an
-   empty line makes libedit return the ^D alone.
+   empty line makes libedit return the ^D alone, which is the end of input
+   only when end_or_delete saw that key (a ^D inserted literally gives the
+   same line).
 
    In unbuffered mode el_wgets returns after every key with the line as it
    is now, and NULL (a count of 0 or -1) whenever the line is empty: after
@@ -167,10 +195,11 @@ int luna__edit_key(char **line) {
     return -1;
   }
   int n = 0;
+  eof_typed = false;
   const wchar_t *w = el_wgets(el, &n);
   if (w == NULL || n <= 0)
     return 0; /* an empty line, or a signal cut the read short: still editing */
-  bool eof = n == 1 && w[0] == ('D' & 0x1f);
+  bool eof = eof_typed && n == 1 && w[0] == ('D' & 0x1f);
   if (!eof && w[n - 1] != L'\n')
     return 0; /* still editing */
   if (!eof)

@@ -938,6 +938,32 @@ def case_editing_keys_edit_the_line():
         s.close()
 
 
+def case_a_literal_ctrl_d_is_not_the_end_of_input():
+    """A ^D typed literally (Ctrl-V or Insert, then Ctrl-D) as the only
+    character of a line ended the session with status 0, every task
+    cancelled: in unbuffered mode libedit returns that line and Ctrl-D on
+    an empty line alike, as the one character ^D. Only the Ctrl-D key on an
+    empty line ends the session; inside a line Ctrl-D deletes the character
+    under the cursor."""
+    s = start()
+    try:
+        enter(s, "task.spawn(function() task.delay(1000) end) &")
+        wait_prompt(s)
+        for quote in ["\x16", "\x1b[2~"]:
+            s.type(quote + "\x04")
+            check(alive(s), "the REPL exited on %r then Ctrl-D" % quote, s)
+            s.type(BACKSPACE)
+            check(alive(s), "the REPL exited after deleting the literal ^D", s)
+        s.type("12" + CTRL_A + "\x04\r")
+        s.wait_for("\n2\n>", what="Ctrl-D inside a line to delete the character under the cursor")
+        enter(s, "#task.list() * 10")
+        s.wait_for("\n20\n>", what="the background task still alive")
+        s.type("\x04")
+        check(s.wait_exit() == 0, "Ctrl-D on an empty line still ends it", s)
+    finally:
+        s.close()
+
+
 def case_waits_lists_what_each_task_waits_on():
     """:waits prints what each live task waits on and the line of its
     await (what SIGQUIT prints on stderr)."""
