@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "escape.h"
 #include "lunaloop_lua.h"
 #include "promise.h"
 
@@ -153,11 +154,28 @@ LUNA_API bool luna_lua_stuck(lua_State *L) {
 
 /* Writes "task NAME (#ID)", or "task #ID" for a task without a name; the
    Task of t is on top of L (left there). */
+/* Writes s[0..len) with its control characters escaped: names and chunk
+   names are the script's (or a mod's) to choose, and must not forge a line
+   of the report or reach the terminal as an escape sequence. */
+static void write_escaped(FILE *out, const char *s, size_t len) {
+  char buf[256];
+  while (len > 0) {
+    size_t used;
+    fwrite(buf, 1, luna__escape(buf, sizeof buf, s, len, 0, &used), out);
+    s += used;
+    len -= used;
+  }
+}
+
 static void write_task_name(lua_State *L, FILE *out) {
   luna__task *t = (luna__task *)lua_touserdata(L, -1);
-  if (luna__push_name(L, -1) == LUA_TSTRING)
-    fprintf(out, "task %s (#%llu)", lua_tostring(L, -1), (unsigned long long)t->id);
-  else
+  size_t len;
+  if (luna__push_name(L, -1) == LUA_TSTRING) {
+    const char *name = lua_tolstring(L, -1, &len);
+    fputs("task ", out);
+    write_escaped(out, name, len);
+    fprintf(out, " (#%llu)", (unsigned long long)t->id);
+  } else
     fprintf(out, "task #%llu", (unsigned long long)t->id);
   lua_pop(L, 1);
 }
@@ -193,8 +211,12 @@ static void write_wait(lua_State *L, FILE *out, const luna__task *t) {
       fputs(luna__promise_may_settle(L, -1) ? "waits on a promise"
                                             : "waits on a promise that nothing can complete",
             out);
-    else if (lua_isstring(L, -1))
-      fprintf(out, "waits on %s", lua_tostring(L, -1));
+    else if (lua_type(L, -1) == LUA_TSTRING) {
+      size_t len;
+      const char *what = lua_tolstring(L, -1, &len);
+      fputs("waits on ", out);
+      write_escaped(out, what, len);
+    }
     else
       fputs("waits on something outside the scheduler", out);
     lua_pop(L, 1);
@@ -229,8 +251,11 @@ LUNA_API size_t luna_lua_write_tasks(lua_State *L, FILE *out, const char *indent
     lua_settop(L, top);
     fputc(' ', out);
     write_wait(L, out, t);
-    if (await_frame(t, &ar))
-      fprintf(out, " at %s:%d", ar.short_src, ar.currentline);
+    if (await_frame(t, &ar)) {
+      fputs(" at ", out);
+      write_escaped(out, ar.short_src, strlen(ar.short_src));
+      fprintf(out, ":%d", ar.currentline);
+    }
     fputc('\n', out);
     count++;
   }

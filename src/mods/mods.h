@@ -36,6 +36,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "escape.h"
 #include "lunaloop_mods.h"
 
 typedef struct luna__mod luna__mod;
@@ -321,19 +322,6 @@ char *luna__read_in_folder(const char *dir, const char *rel, size_t limit, size_
    saying why the file could not be read. */
 int luna__load_in_folder(lua_State *L, const char *dir, const char *rel, size_t limit,
                          const char *chunkname, const char **why);
-
-/* ---- text.c --------------------------------------------------------------- */
-#define LUNA__ESC_KEEP_TAB 1u       /* tabs pass (print's separator) */
-#define LUNA__ESC_KEEP_TRACEBACK 2u /* a newline before a tab or "stack traceback:" passes */
-/* Copies src[0..len) into dst (cap > 0 bytes, NUL-terminated) with the
-   control characters, C1 controls and invalid UTF-8 escaped (text.c says
-   how); stops before an escape or a character that would not fit. Returns
-   the bytes written (without the NUL); *used (may be NULL) gets the bytes
-   of src consumed. */
-size_t luna__escape(char *dst, size_t cap, const char *src, size_t len, unsigned flags,
-                    size_t *used);
-/* Escapes the NUL-terminated text in buf (cap bytes) in place. */
-void luna__escape_in_place(char *buf, size_t cap, unsigned flags);
 
 /* ---- watch.c -------------------------------------------------------------- */
 /* A signature of every regular file under dir (names, sizes, mtimes), 0 if

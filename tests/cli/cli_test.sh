@@ -346,6 +346,20 @@ case_stuck_run_is_reported() {
   expect_err '^lunaloop: deadlock at frame [0-9]+: '
 }
 
+# Task and chunk names are the script's to choose: the report escapes their
+# control characters, so no name forges a line or reaches the terminal as
+# an escape sequence (the SIGQUIT list in run and mods uses the same writer).
+case_stuck_report_escapes_names() {
+  ll run --fast "$S/stuck_names.lua"
+  expect_status 3
+  diff -u <(printf '%s\n' \
+    'lunaloop: deadlock at frame 0: every task is asleep and nothing can wake one' \
+    "  task \\x1b[31mevil\\nlunaloop: forged (#1) waits on task a\\x00b (#2) at $S/stuck_names.lua:8" \
+    '  task a\x00b (#2) waits on channel:receive at \x1b[2Jsrc\nlunaloop: x:1') "$ERR" >&2 ||
+    fail "stderr is not the escaped report"
+  ! grep -q $'\x1b' "$ERR" || fail "an ESC reached stderr"
+}
+
 # The composition calls and channel operations are named as what a task
 # waits on, at the line of the user's call, not inside the module.
 case_stuck_in_composition_names_the_call() {

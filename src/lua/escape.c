@@ -1,7 +1,8 @@
 /*
-** text.c: the one escaping function for text a mod controls on its way to
+** escape.c: the one escaping function for text a mod controls on its way to
 ** the host's output (what it prints, the reports that quote its errors,
-** topics, names or folders, and the last_error strings a host may print).
+** topics, names or folders, the last_error strings a host may print, and
+** the task and chunk names of the task lists).
 **
 ** A mod must not be able to write a terminal control sequence or a line
 ** that looks like one of the host's own: so every byte below 0x20, DEL
@@ -14,15 +15,16 @@
 **
 ** Two exceptions, asked for by flags: print keeps tabs (its separator),
 ** and reports keep the line breaks of a Lua traceback, that is a newline
-** followed by a tab or by "stack traceback:", and the tab that opens such a
-** line. A line kept that way starts
+** followed by a tab or by "stack traceback:", and the tabs of such lines
+** (Lua writes "...\t(skipping N levels)"). A line kept that way starts
 ** with a tab or with "stack traceback:", never with "lunaloop:" or two
 ** spaces, so it cannot pass for a report or a summary line.
 */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "mods.h"
+#include "escape.h"
 
 static const char traceback_head[] = "stack traceback:";
 
@@ -62,7 +64,7 @@ size_t luna__escape(char *dst, size_t cap, const char *src, size_t len, unsigned
                     size_t *used) {
   const unsigned char *s = (const unsigned char *)src;
   size_t i = 0, out = 0;
-  bool kept_break = false; /* the last byte was a kept line break */
+  bool kept_line = false; /* a kept line break came before: its tabs stay */
   if (cap == 0) {
     if (used != NULL)
       *used = 0;
@@ -73,7 +75,7 @@ size_t luna__escape(char *dst, size_t cap, const char *src, size_t len, unsigned
     const char *piece = esc;
     size_t n, take = 1;
     unsigned c = s[i];
-    bool keep = (c == '\t' && ((flags & LUNA__ESC_KEEP_TAB) || kept_break)) ||
+    bool keep = (c == '\t' && ((flags & LUNA__ESC_KEEP_TAB) || kept_line)) ||
                 (c == '\n' && (flags & LUNA__ESC_KEEP_TRACEBACK) && traceback_break(src, i, len));
     if (keep) {
       piece = src + i;
@@ -98,7 +100,7 @@ size_t luna__escape(char *dst, size_t cap, const char *src, size_t len, unsigned
     memcpy(dst + out, piece, n);
     out += n;
     i += take;
-    kept_break = keep && c == '\n';
+    kept_line = kept_line || (keep && c == '\n');
   }
   dst[out] = '\0';
   if (used != NULL)
