@@ -198,11 +198,43 @@ luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *wha
   return t;
 }
 
+/* ---- suspending ------------------------------------------------------------------ */
+
+/* A task's coroutine belongs to the scheduler: only luna__resume may resume
+   it. Every suspension leaves the same frame on the coroutine, two values
+   (the await's index 1, which some continuations read, and the address of
+   suspend_mark), and, once the task is woken, the values it is woken with
+   above them. The mark lets the guarded coroutine functions (binding.c)
+   tell a suspended task's coroutine from a plain one in two reads, and the
+   fixed height lets a continuation that finds it was not resumed by the
+   scheduler put the frame back as it was. Two API calls an await. */
+static const char suspend_mark = 's';
+
+int luna__yield_task(lua_State *L, lua_KContext ctx, lua_KFunction k) {
+  lua_settop(L, 1);
+  lua_pushlightuserdata(L, (void *)&suspend_mark);
+  return lua_yieldk(L, 0, ctx, k);
+}
+
+bool luna__in_await(lua_State *co) {
+  return lua_status(co) == LUA_YIELD && lua_gettop(co) >= LUNA__AWAIT_FRAME &&
+         lua_touserdata(co, 2) == (void *)&suspend_mark;
+}
+
+int luna__refuse_resume(lua_State *L, luna__task *t, lua_KContext ctx, lua_KFunction k) {
+  /* What the resumer passed goes; the values the task was woken with stay. */
+  lua_settop(L, LUNA__AWAIT_FRAME + (t->state == LUNA__READY ? t->on.ready.nresume : 0));
+  lua_pushliteral(L, LUNA__RESUME_TASK_MSG);
+  return lua_yieldk(L, 1, ctx, k);
+}
+
 /* The continuation of every await: the values woken with are on top (or an
    error to raise). */
 static int await_k(lua_State *L, int status, lua_KContext ctx) {
   luna__task *t = (luna__task *)ctx;
   (void)status;
+  if (luna__running_task != t)
+    return luna__refuse_resume(L, t, ctx, await_k);
   if (t->resume_error) {
     t->resume_error = false;
     return lua_error(L);
@@ -211,7 +243,7 @@ static int await_k(lua_State *L, int status, lua_KContext ctx) {
 }
 
 int luna__suspend(lua_State *L, luna__task *t) {
-  return lua_yieldk(L, 0, (lua_KContext)t, await_k);
+  return luna__yield_task(L, (lua_KContext)t, await_k);
 }
 
 bool luna__cancel_pending(lua_State *L, luna__binding *b) {

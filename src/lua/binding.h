@@ -247,6 +247,7 @@ struct luna__binding {
     lua_Hook hook;
     int mask, count;
   } bare_prev;            /* the hook that bare_yield_hook replaced (task.c) */
+  char bare_where[LUA_IDSIZE + 24]; /* "<source>:<line>: " of that yield */
   uint8_t hook_error;     /* luna__hook_error: who raised the registry's
                               last hook error (luna__raise_from_hook) */
   const char *stop_msg;   /* while a mod's budget stop is on, its error
@@ -332,6 +333,12 @@ int luna__raise_from_hook(lua_State *L, luna__hook_error kind);
    raised, while it stands (see luna__hook_error). The handler runs one C
    call deeper than with the stock xpcall. A mod's sandbox has it. */
 void luna__push_guarded_xpcall(lua_State *L);
+
+/* Replaces coroutine.resume, coroutine.wrap and coroutine.close of L's
+   global coroutine table (when there is one) by the binding's guarded
+   versions (binding.c, luna_lua_guard_interrupts): done when the module is
+   opened. */
+void luna__guard_coroutines(lua_State *L);
 
 /* coroutine.create's work: pushes a new thread holding the function that
    is argument 1 of the calling C function (raises an argument error when
@@ -472,6 +479,10 @@ int luna__push_name(lua_State *L, int idx);
 void luna__set_name(lua_State *L, int idx);
 /* A queued continuation of t was dropped by the core (reset): forget it. */
 void luna__drop_continuation(luna__task *t);
+/* The unsettled task whose coroutine is co, or NULL: a walk over the
+   anchors (about 10 ns a live task), for the rare calls that name a task
+   by its coroutine (coroutine.close of a task's coroutine). */
+luna__task *luna__thread_task(luna__binding *b, lua_State *co);
 /* Frees the anchor table's free-slot array (the binding is closing). */
 void luna__anchors_free(luna__binding *b);
 /* Pushes the task's userdata while it is anchored (not settled, or still
@@ -507,6 +518,25 @@ luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *wha
 luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *what, int level);
 /* Suspends the calling task (whose wait is armed) until woken. */
 int luna__suspend(lua_State *L, luna__task *t);
+/* Suspends the calling task with continuation k (called with ctx): every
+   suspension of a task goes through here, which leaves LUNA__AWAIT_FRAME
+   values on its frame (index 1 of the calling C function and a mark). A
+   continuation must first check that the scheduler resumed it
+   (luna__running_task is its task) and otherwise return
+   luna__refuse_resume(L, t, ctx, k). */
+#define LUNA__AWAIT_FRAME 2
+int luna__yield_task(lua_State *L, lua_KContext ctx, lua_KFunction k);
+/* True when co is a task's coroutine suspended in an await (luna__yield_task
+   made its frame). Two reads; for any thread. */
+bool luna__in_await(lua_State *co);
+/* A continuation found it was resumed by someone else than the scheduler (a
+   coroutine.resume captured before the binding guarded it, a host's
+   lua_resume): drops what that resumer passed and suspends t again as it
+   was, yielding LUNA__RESUME_TASK_MSG to that resumer. */
+int luna__refuse_resume(lua_State *L, luna__task *t, lua_KContext ctx, lua_KFunction k);
+#define LUNA__RESUME_TASK_MSG                                                         \
+  "cannot resume a task's coroutine; the scheduler resumes it (use task.cancel, or " \
+  "await the task)"
 luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def);
 luna_clock luna__opt_clock(lua_State *L, int idx, luna_clock def);
 luna_ns luna__check_seconds(lua_State *L, int idx);

@@ -365,6 +365,7 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   luna__open_callbacks(L);
   luna__open_introspect(L);
   luna__open_compose(L);
+  luna__guard_coroutines(L); /* a task's coroutine is the scheduler's alone */
   lua_createtable(L, LUNA_TIMING_COUNT, 0);
   for (i = 0; i < LUNA_TIMING_COUNT; i++) {
     lua_pushstring(L, luna_timing_name(i));

@@ -196,6 +196,16 @@ void luna__end_walk(luna__binding *b) {
   b->slots_held = false;
 }
 
+luna__task *luna__thread_task(luna__binding *b, lua_State *co) {
+  int slot;
+  for (slot = 1; slot <= b->nslots; slot++) {
+    luna__task *t = luna__walk_task(b, slot);
+    if (t != NULL && t->co == co)
+      return t;
+  }
+  return NULL;
+}
+
 void luna__anchors_free(luna__binding *b) {
   void *ud;
   lua_Alloc alloc = lua_getallocf(b->L, &ud);
@@ -670,12 +680,25 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   "task.await, ...) instead"
 
 /* A task yielded without a task.* await (a bare coroutine.yield in its own
-   body). It cannot be resumed meaningfully, so it fails: a one-shot count
-   hook raises the error at the next instruction, from inside the task, so
-   its to-be-closed variables and traceback see the right place. */
+   body). It cannot be resumed meaningfully, so it fails: a one-shot hook
+   raises the error from inside the task, so its to-be-closed variables
+   and traceback see the right place. The hook first fires as the yield
+   returns (LUA_MASKRET), while the yield's caller is still at the line of
+   the call: raised there when that caller is a Lua function. A C caller
+   (pcall(coroutine.yield)) would catch it, so the hook is then moved to
+   the next Lua instruction (a count hook), outside that C function; the
+   message names the yield's line all the same (b->bare_where). So is it
+   when the hook replaced a count hook (a mod's budget), which is called
+   below and positions its own error at level 0: a Lua function there. */
 static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
   luna__binding *b = luna__get_binding(L);
-  (void)ar;
+  lua_Debug caller;
+  if (ar->event == LUA_HOOKRET &&
+      ((b != NULL && (b->bare_prev.mask & LUA_MASKCOUNT)) ||
+       !(lua_getstack(L, 1, &caller) && lua_getinfo(L, "S", &caller) && caller.what[0] != 'C'))) {
+    lua_sethook(L, bare_yield_hook, LUA_MASKCOUNT, 1);
+    return;
+  }
   /* Puts back the hook it replaced (a mod's budget, a pending interrupt):
      a pcall around the bare yield must not leave the task unhooked. That
      hook's count starts again, so it is called once now, as if its count
@@ -691,7 +714,7 @@ static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
   }
   if (luna__interrupt_pending())
     luna__arm_interrupt(L); /* a signal between the hook's read and write */
-  luaL_where(L, 1);
+  lua_pushstring(L, b != NULL ? b->bare_where : "");
   lua_pushliteral(L, BARE_YIELD_MSG);
   lua_concat(L, 2);
   luna__raise_from_hook(L, LUNA__HOOK_BARE_YIELD);
@@ -717,12 +740,42 @@ void luna__preallocate(lua_State *L, luna__binding *b) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, &bare_yield_key);
 }
 
-/* Arms bare_yield_hook on t's coroutine, keeping the hook it replaces. */
+/* Arms bare_yield_hook on t's coroutine, keeping the hook it replaces, and
+   notes the position of the yield: "<source>:<line>: " of the innermost
+   Lua function on the coroutine, which is suspended in the yield (its
+   line is that of the call in progress), or "" when there is none. */
 static LUNA__NOINLINE void arm_bare_yield(luna__binding *b, luna__task *t) {
+  lua_Debug ar;
+  int level;
+  b->bare_where[0] = '\0';
+  for (level = 1; lua_getstack(t->co, level, &ar); level++)
+    if (lua_getinfo(t->co, "Sl", &ar) && ar.currentline > 0) {
+      snprintf(b->bare_where, sizeof b->bare_where, "%s:%d: ", ar.short_src, ar.currentline);
+      break;
+    }
   b->bare_prev.hook = lua_gethook(t->co);
   b->bare_prev.mask = lua_gethookmask(t->co);
   b->bare_prev.count = lua_gethookcount(t->co);
-  lua_sethook(t->co, bare_yield_hook, LUA_MASKCOUNT, 1);
+  lua_sethook(t->co, bare_yield_hook, LUA_MASKRET, 0);
+}
+
+/* t's coroutine was closed (lua_closethread by a host, a coroutine.close
+   captured before the binding guarded it) or run (a coroutine.resume of a
+   task not yet started, reached through the debug library) by someone
+   else than the scheduler: its to-be-closed variables have run, or its
+   body did, with nothing to tell the task. It ends cancelled, as closing
+   it through the guarded coroutine.close does; its awaiters are told. */
+static LUNA__NOINLINE void driven_elsewhere(luna__binding *b, luna__task *t) {
+  lua_Debug ar;
+  if (lua_status(t->co) == LUA_OK && lua_getstack(t->co, 0, &ar))
+    return; /* running there now (only the debug library reaches that): left alone */
+  if (lua_status(t->co) != LUA_OK)
+    luna__close_thread(t->co, luna__exec_state(b)); /* suspended there: closed */
+  t->cancel_requested = true;
+  lua_settop(t->co, 0);
+  luna__push_cancel_error(t->co);
+  lua_pushnil(t->co);
+  settle(b, t, LUNA__CANCELLED);
 }
 
 /* Counts a resume for task.stats (per timing, current frame only). It
@@ -752,6 +805,14 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
   lua_State *outer_running = luna__running;
   int st, nres = 0;
 
+  /* The frame the scheduler left (luna__yield_task, or the function and
+     its arguments) and the values it pushed since: anything else means the
+     coroutine was driven behind the scheduler's back, and lua_resume
+     could read below its stack. */
+  if (lua_gettop(t->co) != nargs + (t->state == LUNA__PENDING ? 1 : LUNA__AWAIT_FRAME)) {
+    driven_elsewhere(b, t);
+    return;
+  }
   t->state = LUNA__RUNNING;
   t->wait = LUNA__W_NONE;
   b->current = t;
