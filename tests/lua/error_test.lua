@@ -238,6 +238,31 @@ H.case("bare_coroutine_yield_in_a_task_fails_it_with_advice", function()
   H.eq(#log, 1); H.has(log[1], "use a task.* await")
 end)
 
+H.case("a_bare_yield_s_error_names_the_yield_s_own_line", function()
+  -- It named the caller's line, or none when the yield was in the task's
+  -- own body, and the traceback showed the line after the yield (the
+  -- error was raised from a hook at the next instruction, one level up).
+  local function line_of(f) return debug.getinfo(f, "S").linedefined end
+  local reports, restore = H.capture_errors()
+  local function helper()
+    coroutine.yield()
+    return 1
+  end
+  local body = function()
+    coroutine.yield()
+    return 2
+  end
+  task.spawn(body)
+  task.spawn(function() helper() end)
+  restore()
+  local src = "error_test.lua:"
+  H.has(reports[1].err, src .. (line_of(body) + 1) .. ": coroutine.yield inside a task")
+  H.has(reports[1].tb, "[C]: in function 'coroutine.yield'\n\t")
+  H.has(reports[1].tb, src .. (line_of(body) + 1) .. ": in function")
+  H.has(reports[2].err, src .. (line_of(helper) + 1) .. ": coroutine.yield inside a task")
+  H.has(reports[2].tb, src .. (line_of(helper) + 1) .. ": in ")
+end)
+
 H.case("a_body_of_c_functions_that_yields_fails_the_same_way", function()
   -- Nothing was left to raise the error in: such tasks ended "done" with
   -- their coroutine suspended (a fresh-user trial).
