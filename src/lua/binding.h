@@ -477,6 +477,11 @@ void luna__undepend(lua_State *L, int task_idx);
    type; luna__set_name pops a string or nil and names the task at idx. */
 int luna__push_name(lua_State *L, int idx);
 void luna__set_name(lua_State *L, int idx);
+/* Writes the label of the task t (at task_idx of L) for reports into buf:
+   its name, or "<source>:<line>" of its function (kept after it failed),
+   or "#<id>" when neither is known. Allocates nothing in Lua (it runs
+   outside any protected call). */
+void luna__task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size);
 /* A queued continuation of t was dropped by the core (reset): forget it. */
 void luna__drop_continuation(luna__task *t);
 /* The unsettled task whose coroutine is co, or NULL: a walk over the

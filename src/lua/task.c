@@ -466,10 +466,7 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
   }
 }
 
-/* The label of a task for reports, written into buf: its name, or
-   "<source>:<line>" of the function at the bottom of its coroutine, or
-   "#<id>". Allocates nothing in Lua (it runs outside any protected call). */
-static void task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size) {
+void luna__task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size) {
   lua_Debug ar;
   int level = 0;
   luna__push_name(L, task_idx);
@@ -479,6 +476,10 @@ static void task_label(lua_State *L, luna__task *t, int task_idx, char *buf, siz
     return;
   }
   lua_pop(L, 1);
+  if (t->state == LUNA__FAILED && lua_type(t->co, 3) == LUA_TSTRING) {
+    snprintf(buf, size, "%s", lua_tostring(t->co, 3)); /* kept by finish_error: */
+    return;                                            /* the function is gone */
+  }
   while (lua_getstack(t->co, level + 1, &ar))
     level++;
   if (lua_getstack(t->co, level, &ar) && lua_getinfo(t->co, "S", &ar) &&
@@ -514,14 +515,15 @@ static void report_failure(luna__binding *b, lua_State *L) {
   lua_checkstack(L, 3);
   lua_pushvalue(failed->co, 2); /* the traceback: FAILED keeps [error, traceback] */
   lua_xmove(failed->co, L, 1);
-  task_label(L, failed, top - 1, label, sizeof label);
+  luna__task_label(L, failed, top - 1, label, sizeof label);
   snprintf(what, sizeof what, "task %s", label);
   luna__report(b, L, top, top + 1, top - 1, what);
   lua_settop(L, top - 2);
 }
 
 /* Settles t: status, unlink, wake awaiters, release. The outcome is on t->co:
-   the results for DONE, [error, traceback] otherwise. */
+   the results for DONE, [error, traceback, label] for FAILED (the label
+   for reports made later: luna__task_label), [error, nil] otherwise. */
 static void settle(luna__binding *b, luna__task *t, luna__state state) {
   t->state = (uint8_t)state;
   t->wait = LUNA__W_NONE;
@@ -585,6 +587,12 @@ static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
   return st;
 }
 
+/* (text) -> the string, for a protected call. */
+static int push_string(lua_State *L) {
+  lua_pushstring(L, (const char *)lua_touserdata(L, 1));
+  return 1;
+}
+
 static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int status) {
   lua_State *L = luna__exec_state(b);
   int top = lua_gettop(L);
@@ -623,7 +631,7 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   tb = lua_gettop(L);
   luna__push_task(L, t);
   task_idx = lua_gettop(L);
-  task_label(L, t, task_idx, label, sizeof label);
+  luna__task_label(L, t, task_idx, label, sizeof label);
 
   /* Runs the __close handlers with the error. One that raises replaces the
      error in stock Lua; here the task keeps its first error (so awaiters
@@ -659,7 +667,15 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   } else {
     lua_pushvalue(L, err);
     lua_pushvalue(L, tb);
-    lua_xmove(L, t->co, 2);
+    /* The label, for reports made once the function is gone (a scope's
+       second failure): protected, it allocates; nil if memory is short. */
+    lua_pushcfunction(L, push_string);
+    lua_pushlightuserdata(L, label);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+      lua_pop(L, 1);
+      lua_pushnil(L);
+    }
+    lua_xmove(L, t->co, 3);
     /* Whether anyone will raise the error is decided now, after the
        __close handlers ran: one may have cancelled the only awaiter (an
        awaiter cancelled later, before it resumed, reports it itself:
