@@ -180,6 +180,17 @@ luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *wha
   if (t == NULL || t->co != L) {
     int is_main = lua_pushthread(L);
     lua_pop(L, 1);
+    if (b->calling.L == L && b->calling.what == LUNA__CALLING_CALLBACK)
+      await_error(L, level, what, "called from a task.on or task.every callback, which "
+                                  "cannot await (start a task from it with task.spawn, or "
+                                  "use a task instead of the callback)");
+    if (b->calling.L == L && b->calling.what == LUNA__CALLING_PREDICATE)
+      await_error(L, level, what, "called from a wait_until or wait_while predicate, which "
+                                  "must answer at once (test the state it waits for; await "
+                                  "in the task before or after the wait)");
+    if (b->calling.L == L && b->calling.what == LUNA__CALLING_HANDLER)
+      await_error(L, level, what, "called from the task.on_error handler, which cannot "
+                                  "await (start a task from it with task.spawn)");
     if (is_main)
       await_error(L, level, what, "not inside a task (the main thread cannot await; "
                                   "start a task with task.spawn)");
@@ -276,9 +287,13 @@ static bool predicate_step(luna_loop *loop, void *arg) {
   lua_pushvalue(t->co, 1);
   lua_xmove(t->co, L, 1);
   luna__running = L;
-  LUNA__OBSERVE(b, on_call, L, true);
-  st = lua_pcall(L, 0, 1, 0);
-  LUNA__OBSERVE(b, on_call, L, false);
+  {
+    LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_PREDICATE);
+    LUNA__OBSERVE(b, on_call, L, true);
+    st = lua_pcall(L, 0, 1, 0);
+    LUNA__OBSERVE(b, on_call, L, false);
+    LUNA__END_CALLING(b);
+  }
   luna__running = outer;
   if (t->state != LUNA__SUSPENDED || t->wait != LUNA__W_PREDICATE) {
     /* The predicate cancelled its own task: its item is already removed. */

@@ -193,9 +193,13 @@ static int report_protected(lua_State *L) {
   lua_pushvalue(L, 3);
   lua_pushvalue(L, 4);
   lua_pushstring(L, a->what); /* the default report's subject */
-  LUNA__OBSERVE(b, on_call, L, true);
-  st = lua_pcall(L, 4, 0, 0);
-  LUNA__OBSERVE(b, on_call, L, false);
+  {
+    LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_HANDLER);
+    LUNA__OBSERVE(b, on_call, L, true);
+    st = lua_pcall(L, 4, 0, 0);
+    LUNA__OBSERVE(b, on_call, L, false);
+    LUNA__END_CALLING(b);
+  }
   /* A cancellation raised by the handler (task.exit there, or it
      cancelled the task it runs in) is no failure of the handler: it saw
      the error; the task it cancelled unwinds at its next await. */

@@ -232,6 +232,11 @@ struct luna__binding {
   int walks;             /* walks of the anchors in creation order under way
                             (task.c): released slots wait until they end */
   bool slots_held;       /* slots were released during a walk */
+  struct {
+    lua_State *L;        /* the thread it runs on */
+    uint8_t what;        /* luna__calling: what Lua code that is not a task
+                            is being called there, for the await errors */
+  } calling;
   int stretch_tb_line;   /* while a stretch of callbacks runs: its frame's
                             line from the end of a traceback (callbacks.c) */
   /* registered task.on handles */
@@ -262,6 +267,24 @@ struct luna__binding {
   bool exit_requested;
   int exit_code;
 };
+
+/* Lua code the binding calls outside any task, which cannot await. */
+typedef enum luna__calling {
+  LUNA__CALLING_NONE,
+  LUNA__CALLING_CALLBACK,  /* a task.on or task.every callback */
+  LUNA__CALLING_PREDICATE, /* a wait_until or wait_while predicate */
+  LUNA__CALLING_HANDLER    /* the task.on_error handler */
+} luna__calling;
+
+/* Notes that b calls Lua code of kind `what` on L until the matching
+   LUNA__END_CALLING, which restores what was noted before (calls nest). */
+#define LUNA__BEGIN_CALLING(b, thread, kind)                                   \
+  lua_State *calling_L_ = (b)->calling.L;                                      \
+  uint8_t calling_what_ = (b)->calling.what;                                   \
+  (b)->calling.L = (thread);                                                   \
+  (b)->calling.what = (uint8_t)(kind)
+#define LUNA__END_CALLING(b)                                                   \
+  ((b)->calling.L = calling_L_, (b)->calling.what = calling_what_)
 
 /* The binding of a module function: its upvalue 1 (a light userdata), which
    saves a registry lookup on the hot paths (every await, every spawn).

@@ -98,9 +98,13 @@ static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top
     lua_pushnumber(L, dt);
   luna__running = L;
   h->calling = true;
-  LUNA__OBSERVE(b, on_call, L, true);
-  st = lua_pcall(L, 1, 0, top + 1);
-  LUNA__OBSERVE(b, on_call, L, false);
+  {
+    LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_CALLBACK);
+    LUNA__OBSERVE(b, on_call, L, true);
+    st = lua_pcall(L, 1, 0, top + 1);
+    LUNA__OBSERVE(b, on_call, L, false);
+    LUNA__END_CALLING(b);
+  }
   luna__running = outer;
   if (st != LUA_OK)
     report_failure(b, h, L);
@@ -217,10 +221,12 @@ static void callbacks_batch(luna_loop *loop, luna__batch *bt) {
     b->stretch_tb_line = next_frame_line(L);
     lua_pushcfunction(L, stretch_msgh); /* top + 1 */
     do {
+      LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_CALLBACK);
       s.cur = NULL;
       lua_pushcfunction(L, stretch_body);
       lua_pushlightuserdata(L, &s);
       st = lua_pcall(L, 1, 0, top + 1);
+      LUNA__END_CALLING(b);
       luna__running = s.outer;
       if (st != LUA_OK && s.cur != NULL) {
         LUNA__OBSERVE(b, on_call, L, false);

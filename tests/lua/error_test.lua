@@ -210,6 +210,29 @@ H.case("await_outside_a_task_raises_a_clear_error", function()
   H.has(got[2], "task.next_frame: called from a coroutine that is not a task")
 end)
 
+H.case("awaiting_in_a_callback_predicate_or_handler_says_what_the_code_is", function()
+  -- All three said "the main thread cannot await; start a task with
+  -- task.spawn", which is wrong advice where the code is a callback.
+  local got = {}
+  local h = task.on(function() got.on = select(2, pcall(task.yield)) end)
+  local e = task.every(0.01, function() got.every = select(2, pcall(task.delay, 1)) end)
+  local t = task.spawn(function()
+    got.until_ = select(2, pcall(task.wait_until, function() task.yield(); return true end))
+  end)
+  local prev = task.on_error(function() got.handler = select(2, pcall(task.next_frame)) end)
+  task.spawn(error, "boom")
+  task.on_error(prev)
+  H.frames(2)
+  h:remove(); e:remove()
+  H.has(got.on, "task.yield: called from a task.on or task.every callback, which cannot await")
+  H.has(got.every, "task.delay: called from a task.on or task.every callback")
+  H.has(got.until_, "task.yield: called from a wait_until or wait_while predicate, which must answer at once")
+  H.has(got.handler, "task.next_frame: called from the task.on_error handler, which cannot await")
+  H.eq(t:status(), "done")
+  -- Outside all of them, the main thread's message stays.
+  H.has(H.raises(function() task.yield() end), "the main thread cannot await")
+end)
+
 H.case("plain_coroutine_generators_keep_working_inside_a_task", function()
   local got = {}
   task.spawn(function()
