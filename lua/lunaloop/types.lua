@@ -208,17 +208,21 @@ function task.cancel(t) end
 function task.current() end
 
 ---Calls fn(dt) at each run of `timing` (default "Update") from the next run on.
+---The timing may come first or right after the function: task.on(fn, "FixedUpdate").
 ---@param timing lunaloop.Timing|fun(dt: number)
----@param fn? fun(dt: number)
+---@param fn? fun(dt: number)|lunaloop.Timing|lunaloop.OnOptions
 ---@param opts? lunaloop.OnOptions
 ---@return lunaloop.Handle
+---@overload fun(fn: fun(dt: number), timing?: lunaloop.Timing, opts?: lunaloop.OnOptions): lunaloop.Handle
 function task.on(timing, fn, opts) end
 
 ---Calls fn(n) every `interval` seconds; the k-th call is due at start + k * interval.
+---The timing is argument 3 or opts.timing (not both).
 ---@param interval number
 ---@param fn fun(n: integer)
 ---@param opts lunaloop.EveryOptions?
 ---@return lunaloop.Handle
+---@overload fun(interval: number, fn: fun(n: integer), timing: lunaloop.Timing, opts?: lunaloop.EveryOptions): lunaloop.Handle
 function task.every(interval, fn, opts) end
 
 ---Caps the seconds one run of `timing` spends on callbacks (nil or 0: no cap). Not in mods.
