@@ -210,7 +210,7 @@ function task.current() end
 ---Calls fn(dt) at each run of `timing` (default "Update") from the next run on.
 ---The timing may come first or right after the function: task.on(fn, "FixedUpdate").
 ---@param timing lunaloop.Timing|fun(dt: number)
----@param fn? fun(dt: number)|lunaloop.Timing|lunaloop.OnOptions
+---@param fn? fun(dt: number)
 ---@param opts? lunaloop.OnOptions
 ---@return lunaloop.Handle
 ---@overload fun(fn: fun(dt: number), timing?: lunaloop.Timing, opts?: lunaloop.OnOptions): lunaloop.Handle
