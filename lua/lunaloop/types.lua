@@ -40,6 +40,14 @@ function Task:result() end
 function Task:traceback() end
 ---Cancels the task (to-be-closed variables run); returns after it unwound.
 function Task:cancel() end
+---task.await(t): waits until the task settles; its results, or its error raised.
+---@return any ...
+function Task:await() end
+---Its failure will be taken later (task.await, t:await(), t:result()): if it fails
+---while nobody awaits it, the failure waits for that call instead of being reported
+---(reported when the run ends if nothing took it). Mark it before it can fail.
+---@return lunaloop.Task self
+function Task:handled() end
 ---@class lunaloop.TaskInfo
 ---@field id integer
 ---@field name string?

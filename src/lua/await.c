@@ -415,10 +415,10 @@ static int l_wait_while(lua_State *L) {
   return wait_predicate(L, false, "task.wait_while");
 }
 
-/* task.await(task): wait until the task settles; return its results or raise
-   its error (the cancellation error when it was cancelled). A settled task
-   answers at once. */
-static int l_await(lua_State *L) {
+/* task.await(task), also t:await(): wait until the task settles; return its
+   results or raise its error (the cancellation error when it was
+   cancelled). A settled task answers at once. */
+int luna__l_await(lua_State *L) {
   luna__task *target = luna__test_task(L, 1);
   luna__task *t;
   if (target == NULL && luna__is_promise(L, 1)) /* a host's promise: promise.c */
@@ -449,7 +449,7 @@ static const luaL_Reg await_funcs[] = {
     {"delay", l_delay},
     {"wait_until", l_wait_until},
     {"wait_while", l_wait_while},
-    {"await", l_await},
+    {"await", luna__l_await},
     {NULL, NULL}};
 
 /* Adds the awaits to the module table on top of L, with the binding as

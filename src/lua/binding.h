@@ -264,6 +264,7 @@ struct luna__binding {
   void (*report_fallback)(void *ud, const char *what, const char *message);
   void *report_fallback_ud; /* the guard's report of last resort (guard.h) */
   uint64_t errors;
+  size_t held_failures;   /* failures held for a later await (taskobj.c) */
   bool exit_requested;
   int exit_code;
 };
@@ -524,7 +525,7 @@ bool luna__has_outcome(const luna__task *t);
    when done, or false + error. Returns the count pushed. */
 int luna__push_result(lua_State *L, luna__task *t);
 const char *luna__status_name(const luna__task *t);
-int luna__open_task(lua_State *L);
+int luna__open_task(lua_State *L, luna__binding *b);
 /* The continuation that resumes a task waiting on a timing (shared with
    binding.c for purging). */
 void luna__resume_cb(luna_loop *loop, void *arg);
@@ -534,11 +535,23 @@ void luna__timer_cb(luna_loop *loop, void *arg);
 /* Prefetches the lua_State of the task `arg` (luna__loop_set_warm). */
 void luna__warm_task(void *arg);
 
+/* ---- taskobj.c: failures handled later (t:handled()) ------------------------ */
+/* The task at task_idx, which just failed with nobody awaiting it, was
+   marked by t:handled(): its failure is held (and true returned) instead
+   of reported. */
+bool luna__hold_failure(luna__binding *b, lua_State *L, int task_idx);
+/* The failure of t is being taken (task.await, t:result()): no longer held. */
+void luna__take_held(lua_State *L, luna__task *t);
+/* The run ends: reports the failures still held, in the order they happened. */
+void luna__report_held(luna__binding *b, lua_State *L);
+
 /* ---- await.c ------------------------------------------------------------ */
 /* Checks that L is a task that may await now and returns it; raises a clear
    error naming `what` otherwise, or the cancellation error when the task
    was cancelled. */
 luna__task *luna__check_await(lua_State *L, const char *what);
+/* task.await(t) and t:await(): upvalue 1 is the binding. */
+int luna__l_await(lua_State *L);
 luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *what);
 /* The same, with the position of a message error taken at `level` (as Lua's
    error(): 1 is the caller of the C function), for awaits written in Lua

@@ -352,7 +352,7 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key) == LUA_TTABLE)
     return 1;
   lua_pop(L, 1);
-  luna__open_task(L);
+  luna__open_task(L, b);
   luna__preallocate(L, b);
   /* The Task metatable at index 2 of the anchor thread, for luna__new_task */
   lua_settop(b->anchor_L, 1);

@@ -517,7 +517,8 @@ static void report_failure(luna__binding *b, lua_State *L) {
   lua_xmove(failed->co, L, 1);
   luna__task_label(L, failed, top - 1, label, sizeof label);
   snprintf(what, sizeof what, "task %s", label);
-  luna__report(b, L, top, top + 1, top - 1, what);
+  if (!luna__hold_failure(b, L, top - 1)) /* marked t:handled(): held instead */
+    luna__report(b, L, top, top + 1, top - 1, what);
   lua_settop(L, top - 2);
 }
 
@@ -682,7 +683,7 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
        take_failure). */
     bool awaited = t->aw_head != NULL;
     settle(b, t, LUNA__FAILED);
-    if (!awaited) {
+    if (!awaited && !luna__hold_failure(b, L, task_idx)) {
       snprintf(what, sizeof what, "task %s", label);
       luna__report(b, L, err, tb, task_idx, what);
     }
@@ -1188,6 +1189,8 @@ size_t luna__cancel_all(luna__binding *b) {
     n++;
   }
   luna__end_walk(b);
+  if (!nested)
+    luna__report_held(b, luna__exec_state(b)); /* the run ends: none is lost */
   return nested ? b->ntasks : n;
 }
 
@@ -1233,6 +1236,8 @@ int luna__push_result(lua_State *L, luna__task *t) {
     luna__push_cancel_error(L);
     return 2;
   }
+  if (t->state == LUNA__FAILED && t->b->held_failures > 0)
+    luna__take_held(L, t);
   if (t->state == LUNA__DONE) {
     int i, n = lua_gettop(t->co);
     luaL_checkstack(L, n + 1, "too many results");

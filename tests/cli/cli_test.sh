@@ -133,6 +133,21 @@ case_task_error() {
   expect_err '^lunaloop: task .* failed: .*boom'
 }
 
+case_failure_taken_later_is_reported_unless_marked_handled() {
+  ll run --fast "$S/handled_later.lua" unmarked
+  expect_status 1
+  expect_stdout "took:	late failure" "end of main"
+  expect_err '^lunaloop: task .*handled_later.lua:5 failed: late failure$'
+  ll run --fast "$S/handled_later.lua" marked
+  expect_status 0
+  expect_stdout "took:	late failure" "end of main"
+  [ ! -s "$ERR" ] || fail "a failure taken later was reported"
+  ll run --fast "$S/handled_later.lua" never
+  expect_status 1
+  expect_stdout "end of main"
+  expect_err '^lunaloop: task .*handled_later.lua:5 failed: late failure$'
+}
+
 case_error_value_with_failing_tostring() {
   ll run --fast "$S/bad_tostring.lua"
   expect_status 1

@@ -320,4 +320,56 @@ H.case("a_task_cannot_await_itself_or_a_cycle", function()
   b:cancel()
 end)
 
+H.case("await_is_also_a_method_of_the_task", function()
+  local got = {}
+  task.spawn(function()
+    local t = task.spawn(function() task.yield(); return 1, nil, 3 end)
+    got.values = table.pack(t:await())
+    local bad = task.defer(function() error("no", 0) end)
+    got.err = select(2, pcall(bad.await, bad))
+  end)
+  H.frames(2)
+  H.eq(got.values, {n = 3, 1, nil, 3})
+  H.eq(got.err, "no")
+end)
+
+H.case("a_failure_marked_handled_waits_for_its_await_instead_of_being_reported", function()
+  -- A failure nobody awaits at the moment it happens is reported, even if
+  -- the script takes it later with pcall(task.await, t); t:handled() says
+  -- it will be taken later.
+  local reports, restore = H.capture_errors()
+  local errors = testhost.error_count()
+  local t = task.spawn(function() task.yield(); error("later", 0) end):handled()
+  local r = task.spawn(function() task.yield(); error("read", 0) end)
+  H.eq(r:handled(), r)
+  H.frames(2)
+  H.eq({t:status(), r:status(), #reports, testhost.error_count()}, {"failed", "failed", 0, errors})
+  local got
+  task.spawn(function() got = table.pack(pcall(task.await, t)) end)
+  H.eq(got, {n = 2, false, "later"})
+  H.eq(table.pack(r:result()), {n = 2, false, "read"})
+  task.run{fast = true}               -- nothing is left to report when the run ends
+  restore()
+  H.eq({#reports, testhost.error_count()}, {0, errors})
+end)
+
+H.case("a_failure_marked_handled_and_never_taken_is_reported_when_the_run_ends", function()
+  local reports, restore = H.capture_errors()
+  local function lost() task.yield(); error("lost", 0) end
+  local t = task.spawn(lost):handled()
+  task.spawn(function() task.yield(); error("plain", 0) end) -- reported when it fails
+  H.frames(1)
+  H.eq(#reports, 1)
+  H.eq(reports[1].err, "plain")
+  H.eq(task.run{fast = true}, 1)      -- an error was reported in the state
+  restore()
+  H.eq(#reports, 2)
+  H.eq({reports[2].err, reports[2].task}, {"lost", t})
+  local where = debug.getinfo(lost, "S")
+  H.eq(reports[2].what, "task " .. where.short_src .. ":" .. where.linedefined)
+  H.truthy(reports[2].tb:find("in function", 1, true), "its traceback")
+  -- Marking a task that already ended changes nothing.
+  H.eq(t:handled(), t)
+end)
+
 H.run()
