@@ -212,29 +212,38 @@ luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *wha
 /* ---- suspending ------------------------------------------------------------------ */
 
 /* A task's coroutine belongs to the scheduler: only luna__resume may resume
-   it. Every suspension leaves the same frame on the coroutine, two values
-   (the await's index 1, which some continuations read, and the address of
-   suspend_mark), and, once the task is woken, the values it is woken with
-   above them. The mark lets the guarded coroutine functions (binding.c)
-   tell a suspended task's coroutine from a plain one in two reads, and the
-   fixed height lets a continuation that finds it was not resumed by the
-   scheduler put the frame back as it was. Two API calls an await. */
+   it. Every suspension pushes the address of suspend_mark on top of the
+   await's frame; once the task is woken, the values it is woken with go
+   above it. The mark lets the guarded coroutine functions (binding.c) tell
+   a suspended task's coroutine from a plain one, and a continuation that
+   finds it was not resumed by the scheduler put the frame back as it was.
+   One push an await (a fixed frame, lua_settop first, cost two API calls
+   and about 10% of W1's instructions with the checks that needed it). */
 static const char suspend_mark = 's';
 
 int luna__yield_task(lua_State *L, lua_KContext ctx, lua_KFunction k) {
-  lua_settop(L, 1);
   lua_pushlightuserdata(L, (void *)&suspend_mark);
   return lua_yieldk(L, 0, ctx, k);
 }
 
+/* The index of the mark in co's current frame, or 0. Below it are the
+   await's own values, a few at most; a plain coroutine suspended in
+   coroutine.yield has an empty frame once its resumer took the values. */
+static int mark_index(lua_State *co) {
+  int i, n = lua_gettop(co);
+  for (i = 1; i <= n; i++)
+    if (lua_touserdata(co, i) == (void *)&suspend_mark)
+      return i;
+  return 0;
+}
+
 bool luna__in_await(lua_State *co) {
-  return lua_status(co) == LUA_YIELD && lua_gettop(co) >= LUNA__AWAIT_FRAME &&
-         lua_touserdata(co, 2) == (void *)&suspend_mark;
+  return lua_status(co) == LUA_YIELD && mark_index(co) > 0;
 }
 
 int luna__refuse_resume(lua_State *L, luna__task *t, lua_KContext ctx, lua_KFunction k) {
   /* What the resumer passed goes; the values the task was woken with stay. */
-  lua_settop(L, LUNA__AWAIT_FRAME + (t->state == LUNA__READY ? t->on.ready.nresume : 0));
+  lua_settop(L, mark_index(L) + (t->state == LUNA__READY ? t->on.ready.nresume : 0));
   lua_pushliteral(L, LUNA__RESUME_TASK_MSG);
   return lua_yieldk(L, 1, ctx, k);
 }

@@ -560,15 +560,13 @@ luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *wha
 /* Suspends the calling task (whose wait is armed) until woken. */
 int luna__suspend(lua_State *L, luna__task *t);
 /* Suspends the calling task with continuation k (called with ctx): every
-   suspension of a task goes through here, which leaves LUNA__AWAIT_FRAME
-   values on its frame (index 1 of the calling C function and a mark). A
-   continuation must first check that the scheduler resumed it
+   suspension of a task goes through here, which pushes a mark on its
+   frame. A continuation must first check that the scheduler resumed it
    (luna__running_task is its task) and otherwise return
    luna__refuse_resume(L, t, ctx, k). */
-#define LUNA__AWAIT_FRAME 2
 int luna__yield_task(lua_State *L, lua_KContext ctx, lua_KFunction k);
 /* True when co is a task's coroutine suspended in an await (luna__yield_task
-   made its frame). Two reads; for any thread. */
+   marked its frame). For any thread; a read of each value of its frame. */
 bool luna__in_await(lua_State *co);
 /* A continuation found it was resumed by someone else than the scheduler (a
    coroutine.resume captured before the binding guarded it, a host's

@@ -821,12 +821,15 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
   luna__task *outer_task = luna__running_task;
   lua_State *outer_running = luna__running;
   int st, nres = 0;
+  bool ended_bare = false;
 
-  /* The frame the scheduler left (luna__yield_task, or the function and
-     its arguments) and the values it pushed since: anything else means the
-     coroutine was driven behind the scheduler's back, and lua_resume
-     could read below its stack. */
-  if (lua_gettop(t->co) != nargs + (t->state == LUNA__PENDING ? 1 : LUNA__AWAIT_FRAME)) {
+  /* Below the nargs values the scheduler pushed, at least the await's mark
+     (luna__yield_task) or the task's function: a coroutine closed behind
+     the scheduler's back has lost them, and lua_resume would read below
+     its stack. (With no values to pass, lua_resume refuses a closed
+     coroutine itself: see the error branch below. W1's yields pay
+     nothing here.) */
+  if (nargs > 0 && lua_gettop(t->co) <= nargs) {
     driven_elsewhere(b, t);
     return;
   }
@@ -844,8 +847,10 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
     lua_pop(t->co, nres);
     arm_bare_yield(b, t);
     st = lua_resume(t->co, from, 0, &nres);
-    if (st == LUA_OK && lua_gethook(t->co) == bare_yield_hook)
+    if (st == LUA_OK && lua_gethook(t->co) == bare_yield_hook) {
       st = bare_yield_ended(b, t); /* no Lua instruction ran to raise it */
+      ended_bare = true;
+    }
     /* The guarded xpcall that could skip its handler for the error has
        done so by now; later, that error value is an ordinary one. */
     if (b->hook_error == LUNA__HOOK_BARE_YIELD)
@@ -863,6 +868,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
     t->state = LUNA__SUSPENDED;
   } else if (st == LUA_OK) {
     finish_ok(b, t, nres);
+  } else if (lua_status(t->co) == LUA_OK && !ended_bare) {
+    driven_elsewhere(b, t); /* "cannot resume dead coroutine": closed elsewhere */
   } else {
     finish_error(b, t, st);
   }
