@@ -423,16 +423,15 @@ static int l_co_create(lua_State *L) {
   return 1;
 }
 
-/* The mod's own coroutines, and its tasks' (which the binding's guarded
-   functions refuse to resume and close by cancelling the task), pass. */
+/* The mod's own coroutines pass, and its tasks' when suspended in an await
+   (the binding's guarded functions refuse to resume those and close them
+   by cancelling the task) or running (stock Lua's errors). */
 static lua_State *check_own_thread(lua_State *L, const char *fname) {
   lua_State *co = lua_tothread(L, 1);
-  luna__binding *b;
   luaL_argexpected(L, co != NULL, 1, "coroutine");
   lua_rawgetp(L, LUA_REGISTRYINDEX, &own_threads_key);
   lua_pushvalue(L, 1);
-  if (lua_rawget(L, -2) == LUA_TNIL &&
-      ((b = luna__get_binding(L)) == NULL || luna__thread_task(b, co) == NULL))
+  if (lua_rawget(L, -2) == LUA_TNIL && co != L && !luna__in_await(co))
     luaL_error(L, "%s: only coroutines made by coroutine.create or coroutine.wrap, "
                   "or a task's", fname);
   lua_pop(L, 2);
