@@ -133,6 +133,14 @@ case_task_error() {
   expect_err '^lunaloop: task .* failed: .*boom'
 }
 
+case_task_coroutine_resume_raises_and_close_cancels() {
+  ll run --fast "$S/task_coroutine.lua"
+  expect_status 0
+  expect_stdout "false	cannot resume a task's coroutine; the scheduler resumes it (use task.cancel, or await the task)" \
+    "suspended" "closed:	task cancelled" "true	cancelled"
+  [ ! -s "$ERR" ] || fail "something was reported"
+}
+
 case_failure_taken_later_is_reported_unless_marked_handled() {
   ll run --fast "$S/handled_later.lua" unmarked
   expect_status 1
