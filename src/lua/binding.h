@@ -497,6 +497,10 @@ void luna__depend(lua_State *L, int task_idx, int list_idx);
 void luna__depend_one(lua_State *L, int task_idx, int dep_idx);
 void luna__undepend(lua_State *L, int task_idx);
 
+/* Pushes the weak-keyed table registry[key] (per-task facts that few tasks
+   have: names, creation tracebacks, t:handled() marks), creating it the
+   first time. */
+void luna__push_side_table(lua_State *L, const void *key);
 /* Pushes the name of the task at idx (a string, or nil) and returns its
    type; luna__set_name pops a string or nil and names the task at idx. */
 int luna__push_name(lua_State *L, int idx);

@@ -79,16 +79,7 @@ static int l_handled(lua_State *L) {
   lua_settop(L, 1);
   if (LUNA__SETTLED(t))
     return 1; /* too late: a failure was reported already */
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &marks_key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &marks_key);
-  }
+  luna__push_side_table(L, &marks_key);
   lua_pushvalue(L, 1);
   lua_pushboolean(L, 1);
   lua_rawset(L, -3);
