@@ -788,8 +788,15 @@ static LUNA__NOINLINE void arm_bare_yield(luna__binding *b, luna__task *t) {
    it through the guarded coroutine.close does; its awaiters are told. */
 static LUNA__NOINLINE void driven_elsewhere(luna__binding *b, luna__task *t) {
   lua_Debug ar;
-  if (lua_status(t->co) == LUA_OK && lua_getstack(t->co, 0, &ar))
-    return; /* running there now (only the debug library reaches that): left alone */
+  if (lua_status(t->co) == LUA_OK && lua_getstack(t->co, 0, &ar)) {
+    /* Running there now (only the debug library reaches that): left alone,
+       but for lua_resume's refusal, taken off its stack. */
+    if (t->state == LUNA__RUNNING) {
+      lua_pop(t->co, 1);
+      t->state = LUNA__SUSPENDED;
+    }
+    return;
+  }
   if (lua_status(t->co) != LUA_OK)
     luna__close_thread(t->co, luna__exec_state(b)); /* suspended there: closed */
   t->cancel_requested = true;
@@ -797,6 +804,15 @@ static LUNA__NOINLINE void driven_elsewhere(luna__binding *b, luna__task *t) {
   luna__push_cancel_error(t->co);
   lua_pushnil(t->co);
   settle(b, t, LUNA__CANCELLED);
+}
+
+/* After lua_resume failed: true when it refused to resume co because co
+   was closed (a dead coroutine: only its message is left) or is running
+   elsewhere, rather than co raising (its status is then the error's) or
+   being too deep for a C stack (a task not started keeps its function). */
+static LUNA__NOINLINE bool resumed_elsewhere(lua_State *co) {
+  lua_Debug ar;
+  return lua_status(co) == LUA_OK && (lua_gettop(co) == 1 || lua_getstack(co, 0, &ar));
 }
 
 /* Counts a resume for task.stats (per timing, current frame only). It
@@ -872,8 +888,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
     t->state = LUNA__SUSPENDED;
   } else if (st == LUA_OK) {
     finish_ok(b, t, nres);
-  } else if (lua_status(t->co) == LUA_OK && !ended_bare) {
-    driven_elsewhere(b, t); /* "cannot resume dead coroutine": closed elsewhere */
+  } else if (!ended_bare && resumed_elsewhere(t->co)) {
+    driven_elsewhere(b, t);
   } else {
     finish_error(b, t, st);
   }
