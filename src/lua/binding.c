@@ -480,13 +480,18 @@ static int resume_running(lua_State *L, lua_State *co, int nargs) {
 
 /* coroutine.resume(co, ...) -> true, ... | false, err. A suspended task's
    coroutine is refused with an error at the call, before anything moves:
-   only the scheduler resumes a task. */
+   only the scheduler resumes a task. An ended task's is a dead coroutine. */
 static int guarded_resume(lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
   int n;
   luaL_argexpected(L, co != NULL, 1, "thread"); /* as Lua 5.4.4 words it */
   if (luna__in_await(co))
     return luaL_error(L, "%s", LUNA__RESUME_TASK_MSG);
+  if (luna__ended_task_thread(co)) { /* its results are the task's */
+    lua_pushboolean(L, 0);
+    lua_pushliteral(L, "cannot resume dead coroutine");
+    return 2;
+  }
   n = resume_running(L, co, lua_gettop(L) - 1);
   lua_pushboolean(L, n >= 0);
   lua_insert(L, n >= 0 ? -(n + 1) : -2);
@@ -542,6 +547,10 @@ static int guarded_close(lua_State *L) {
     lua_pushcfunction(L, luna__l_cancel);
     luna__push_task(L, t);
     lua_call(L, 1, 0);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  if (luna__ended_task_thread(co)) { /* dead: nothing to close, results kept */
     lua_pushboolean(L, 1);
     return 1;
   }

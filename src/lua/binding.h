@@ -512,6 +512,9 @@ void luna__set_name(lua_State *L, int idx);
 void luna__task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size);
 /* A queued continuation of t was dropped by the core (reset): forget it. */
 void luna__drop_continuation(luna__task *t);
+/* True when co is the coroutine of a task that has ended (it holds the
+   task's outcome and a mark on top). For any thread; two reads. */
+bool luna__ended_task_thread(lua_State *co);
 /* The unsettled task whose coroutine is co, or NULL: a walk over the
    anchors (about 10 ns a live task), for the rare calls that name a task
    by its coroutine (coroutine.close of a task's coroutine). */

@@ -426,6 +426,26 @@ static luna__task *ready_pop(luna__binding *b) {
    two values. */
 #define LUNA__FAILURE_NRESUME 2
 
+/* A settled task's coroutine keeps its outcome (below) and, on top, the
+   address of settled_mark: a plain coroutine that has ended is empty, but
+   this one is not, and the stock functions would take it for one not
+   started yet (coroutine.resume would call its last result, close would
+   wipe its results). The mark lets the guarded functions (binding.c)
+   answer as for a dead coroutine. One push a task. */
+static const char settled_mark = 'e';
+
+bool luna__ended_task_thread(lua_State *co) {
+  return lua_status(co) == LUA_OK && lua_gettop(co) > 0 &&
+         lua_touserdata(co, -1) == (void *)&settled_mark;
+}
+
+/* How many values of the settled t's outcome its coroutine holds: all but
+   the mark (which a coroutine at the end of its stack may lack). */
+static int outcome_count(luna__task *t) {
+  int n = lua_gettop(t->co);
+  return n > 0 && lua_touserdata(t->co, n) == (void *)&settled_mark ? n - 1 : n;
+}
+
 /* Moves copies of the settled task's outcome onto the awaiter and queues it. */
 static void wake_awaiters(luna__binding *b, luna__task *t) {
   if (t->state == LUNA__FAILED)
@@ -434,13 +454,13 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
     luna__task *a = t->aw_head->on.await.next; /* the first */
     unlink_awaiter(a); /* O(1): its predecessor is the last */
     a->wait = LUNA__W_NONE;
-    if (t->state == LUNA__DONE && !lua_checkstack(a->co, lua_gettop(t->co))) {
+    if (t->state == LUNA__DONE && !lua_checkstack(a->co, outcome_count(t))) {
       /* No room for the results (memory): the awaiter gets that error. */
       LUNA__PUSH_MEMERR(a->co);
       a->on.ready.nresume = 1;
       a->resume_error = true;
     } else if (t->state == LUNA__DONE) {
-      int i, n = lua_gettop(t->co);
+      int i, n = outcome_count(t);
       for (i = 1; i <= n; i++) {
         lua_pushvalue(t->co, i);
         lua_xmove(t->co, a->co, 1);
@@ -528,11 +548,14 @@ static void report_failure(luna__binding *b, lua_State *L) {
 
 /* Settles t: status, unlink, wake awaiters, release. The outcome is on t->co:
    the results for DONE, [error, traceback, label] for FAILED (the label
-   for reports made later: luna__task_label), [error, nil] otherwise. */
+   for reports made later: luna__task_label), [error, nil] otherwise; the
+   settled mark goes on top. */
 static void settle(luna__binding *b, luna__task *t, luna__state state) {
   t->state = (uint8_t)state;
   t->wait = LUNA__W_NONE;
   b->ntasks--;
+  if (lua_checkstack(t->co, 1)) /* false at the stack's limit or out of memory */
+    lua_pushlightuserdata(t->co, (void *)&settled_mark);
   wake_awaiters(b, t);
   maybe_release(b, t);
 }
@@ -1266,7 +1289,7 @@ int luna__push_result(lua_State *L, luna__task *t) {
   if (t->state == LUNA__FAILED && t->b->held_failures > 0)
     luna__take_held(L, t);
   if (t->state == LUNA__DONE) {
-    int i, n = lua_gettop(t->co);
+    int i, n = outcome_count(t);
     luaL_checkstack(L, n + 1, "too many results");
     lua_pushboolean(L, 1);
     for (i = 1; i <= n; i++) {

@@ -124,6 +124,27 @@ H.case("a_running_task_s_own_coroutine_keeps_stock_lua_s_answers", function()
   H.has(got.close_normal, "cannot close a normal coroutine")
 end)
 
+H.case("an_ended_task_s_coroutine_is_a_dead_one_and_keeps_the_results", function()
+  -- It holds the task's results, so the stock functions took it for a
+  -- coroutine not started yet: resume called its last result, close wiped
+  -- the results that t:result() and later awaits return.
+  local co, fco
+  local reports, restore = H.capture_errors()
+  local t = task.spawn(function() co = coroutine.running(); return print, "x" end)
+  local f = task.spawn(function() fco = coroutine.running(); error("failed", 0) end)
+  restore()
+  H.eq(#reports, 1)
+  H.eq(table.pack(coroutine.resume(co, 1)), {n = 2, false, "cannot resume dead coroutine"})
+  H.eq(coroutine.close(co), true)
+  H.eq(coroutine.close(fco), true)
+  H.eq(table.pack(coroutine.resume(fco)), {n = 2, false, "cannot resume dead coroutine"})
+  H.eq(table.pack(t:result()), {n = 3, true, print, "x"})
+  H.eq(table.pack(f:result()), {n = 2, false, "failed"})
+  local got
+  task.spawn(function() got = table.pack(task.await(t)) end)
+  H.eq(got, {n = 2, print, "x"})
+end)
+
 H.case("plain_coroutines_resume_and_close_as_before", function()
   local co = coroutine.create(function(a) local b = coroutine.yield(a + 1); return b * 2 end)
   H.eq({coroutine.resume(co, 1)}, {true, 2})
