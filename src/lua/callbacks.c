@@ -408,10 +408,10 @@ static int timing_or_options(lua_State *L, int idx, bool timing_ok, luna_timing 
 }
 
 /* task.on([timing,] fn [, opts]) or task.on(fn, timing [, opts]) ->
-   Handle: calls fn(dt) at each run of `timing` (default "Update"), from the next run on, until handle:remove()
-   (also called when a `local h <close>` goes out of scope). dt is
-   delta_time() in seconds; return values are ignored. Callbacks run in
-   priority order (opts.priority: an integer, lower first, default 0; or
+   Handle: calls fn(dt) at each run of `timing` (default "Update"), from
+   the next run on, until handle:remove() (also called when a
+   `local h <close>` goes out of scope). dt is delta_time() in seconds;
+   return values are ignored. Callbacks run in priority order (opts.priority: an integer, lower first, default 0; or
    "high": first, and never deferred by task.set_budget), then in
    registration order. */
 static int l_on(lua_State *L) {
@@ -456,8 +456,8 @@ static double spread_fraction(uint64_t i) {
    The k-th call (k = 1, 2, ...) is due at start + k * interval on the
    clock, start being the clock when every was called; at most one call per
    run, n being how many intervals came due since the last call (usually
-   1), so the schedule stays anchored. opts.clock ("scaled" default, "unscaled", "realtime", "fixed") and
-   opts.spread: true staggers the first calls of callbacks started
+   1), so the schedule stays anchored. opts.clock ("scaled" default,
+   "unscaled", "realtime", "fixed") and opts.spread: true staggers the first calls of callbacks started
    together evenly over one interval (deterministically), so thousands of
    them do not land in the same frame. */
 static int l_every(lua_State *L) {
