@@ -193,13 +193,16 @@ LUNA_API void luna_lua_interrupt_clear(void);
    and to-be-closed handling) and that make the coroutine being resumed or
    closed the interrupt's target (it runs on a thread of its own, which
    the binding does not resume); an interrupt that stopped it closes it
-   (its to-be-closed handlers run) and stops its resumer too. Call it
-   after luaL_openlibs when the host uses luna_lua_interrupt; `lunaloop
-   run` and `lunaloop repl` do. Code that kept the old functions in locals
-   keeps them. Raises only on memory errors. (Not reached: a message
-   handler that is running when the interrupt comes, since Lua runs it
-   again with hooks off; a mod's sandbox has an xpcall for its budget.)
-   Does nothing for a NULL state. */
+   (its to-be-closed handlers run) and stops its resumer too. The same
+   versions keep a task's coroutine the scheduler's: resuming a suspended
+   one raises, closing one cancels the task (docs/api.md, "A task's own
+   coroutine"). Opening the module (luaopen_lunaloop, luna_lua_attach)
+   installs them already; call this only for a coroutine table opened
+   after that. Code that kept the old functions in locals keeps them.
+   Raises only on memory errors. (Not reached: a message handler that is
+   running when the interrupt comes, since Lua runs it again with hooks
+   off; a mod's sandbox has an xpcall for its budget.) Does nothing for a
+   NULL state. */
 LUNA_API void luna_lua_guard_interrupts(lua_State *L);
 
 /* Pushes a string for the value at idx, as tostring() would, and returns

@@ -40,6 +40,14 @@ function Task:result() end
 function Task:traceback() end
 ---Cancels the task (to-be-closed variables run); returns after it unwound.
 function Task:cancel() end
+---task.await(t): waits until the task settles; its results, or its error raised.
+---@return any ...
+function Task:await() end
+---Its failure will be taken later (task.await, t:await(), t:result()): if it fails
+---while nobody awaits it, the failure waits for that call instead of being reported
+---(reported when the run ends if nothing took it). Mark it before it can fail.
+---@return lunaloop.Task self
+function Task:handled() end
 ---@class lunaloop.TaskInfo
 ---@field id integer
 ---@field name string?
@@ -208,17 +216,21 @@ function task.cancel(t) end
 function task.current() end
 
 ---Calls fn(dt) at each run of `timing` (default "Update") from the next run on.
+---The timing may come first or right after the function: task.on(fn, "FixedUpdate").
 ---@param timing lunaloop.Timing|fun(dt: number)
 ---@param fn? fun(dt: number)
 ---@param opts? lunaloop.OnOptions
 ---@return lunaloop.Handle
+---@overload fun(fn: fun(dt: number), timing?: lunaloop.Timing, opts?: lunaloop.OnOptions): lunaloop.Handle
 function task.on(timing, fn, opts) end
 
 ---Calls fn(n) every `interval` seconds; the k-th call is due at start + k * interval.
+---The timing is argument 3 or opts.timing (not both).
 ---@param interval number
 ---@param fn fun(n: integer)
 ---@param opts lunaloop.EveryOptions?
 ---@return lunaloop.Handle
+---@overload fun(interval: number, fn: fun(n: integer), timing: lunaloop.Timing, opts?: lunaloop.EveryOptions): lunaloop.Handle
 function task.every(interval, fn, opts) end
 
 ---Caps the seconds one run of `timing` spends on callbacks (nil or 0: no cap). Not in mods.

@@ -180,6 +180,17 @@ luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *wha
   if (t == NULL || t->co != L) {
     int is_main = lua_pushthread(L);
     lua_pop(L, 1);
+    if (b->calling.L == L && b->calling.what == LUNA__CALLING_CALLBACK)
+      await_error(L, level, what, "called from a task.on or task.every callback, which "
+                                  "cannot await (start a task from it with task.spawn, or "
+                                  "use a task instead of the callback)");
+    if (b->calling.L == L && b->calling.what == LUNA__CALLING_PREDICATE)
+      await_error(L, level, what, "called from a wait_until or wait_while predicate, which "
+                                  "must answer at once (test the state it waits for; await "
+                                  "in the task before or after the wait)");
+    if (b->calling.L == L && b->calling.what == LUNA__CALLING_HANDLER)
+      await_error(L, level, what, "called from the task.on_error handler, which cannot "
+                                  "await (start a task from it with task.spawn)");
     if (is_main)
       await_error(L, level, what, "not inside a task (the main thread cannot await; "
                                   "start a task with task.spawn)");
@@ -198,11 +209,52 @@ luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *wha
   return t;
 }
 
+/* ---- suspending ------------------------------------------------------------------ */
+
+/* A task's coroutine belongs to the scheduler: only luna__resume may resume
+   it. Every suspension pushes the address of suspend_mark on top of the
+   await's frame; once the task is woken, the values it is woken with go
+   above it. The mark lets the guarded coroutine functions (binding.c) tell
+   a suspended task's coroutine from a plain one, and a continuation that
+   finds it was not resumed by the scheduler put the frame back as it was.
+   One push an await (a fixed frame, lua_settop first, cost two API calls
+   and about 10% of W1's instructions with the checks that needed it). */
+static const char suspend_mark = 's';
+
+int luna__yield_task(lua_State *L, lua_KContext ctx, lua_KFunction k) {
+  lua_pushlightuserdata(L, (void *)&suspend_mark);
+  return lua_yieldk(L, 0, ctx, k);
+}
+
+/* The index of the mark in co's current frame, or 0. Below it are the
+   await's own values, a few at most; a plain coroutine suspended in
+   coroutine.yield has an empty frame once its resumer took the values. */
+static int mark_index(lua_State *co) {
+  int i, n = lua_gettop(co);
+  for (i = 1; i <= n; i++)
+    if (lua_touserdata(co, i) == (void *)&suspend_mark)
+      return i;
+  return 0;
+}
+
+bool luna__in_await(lua_State *co) {
+  return lua_status(co) == LUA_YIELD && mark_index(co) > 0;
+}
+
+int luna__refuse_resume(lua_State *L, luna__task *t, lua_KContext ctx, lua_KFunction k) {
+  /* What the resumer passed goes; the values the task was woken with stay. */
+  lua_settop(L, mark_index(L) + (t->state == LUNA__READY ? t->on.ready.nresume : 0));
+  lua_pushliteral(L, LUNA__RESUME_TASK_MSG);
+  return lua_yieldk(L, 1, ctx, k);
+}
+
 /* The continuation of every await: the values woken with are on top (or an
    error to raise). */
 static int await_k(lua_State *L, int status, lua_KContext ctx) {
   luna__task *t = (luna__task *)ctx;
   (void)status;
+  if (luna__running_task != t)
+    return luna__refuse_resume(L, t, ctx, await_k);
   if (t->resume_error) {
     t->resume_error = false;
     return lua_error(L);
@@ -211,7 +263,7 @@ static int await_k(lua_State *L, int status, lua_KContext ctx) {
 }
 
 int luna__suspend(lua_State *L, luna__task *t) {
-  return lua_yieldk(L, 0, (lua_KContext)t, await_k);
+  return luna__yield_task(L, (lua_KContext)t, await_k);
 }
 
 bool luna__cancel_pending(lua_State *L, luna__binding *b) {
@@ -244,9 +296,13 @@ static bool predicate_step(luna_loop *loop, void *arg) {
   lua_pushvalue(t->co, 1);
   lua_xmove(t->co, L, 1);
   luna__running = L;
-  LUNA__OBSERVE(b, on_call, L, true);
-  st = lua_pcall(L, 0, 1, 0);
-  LUNA__OBSERVE(b, on_call, L, false);
+  {
+    LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_PREDICATE);
+    LUNA__OBSERVE(b, on_call, L, true);
+    st = lua_pcall(L, 0, 1, 0);
+    LUNA__OBSERVE(b, on_call, L, false);
+    LUNA__END_CALLING(b);
+  }
   luna__running = outer;
   if (t->state != LUNA__SUSPENDED || t->wait != LUNA__W_PREDICATE) {
     /* The predicate cancelled its own task: its item is already removed. */
@@ -368,10 +424,10 @@ static int l_wait_while(lua_State *L) {
   return wait_predicate(L, false, "task.wait_while");
 }
 
-/* task.await(task): wait until the task settles; return its results or raise
-   its error (the cancellation error when it was cancelled). A settled task
-   answers at once. */
-static int l_await(lua_State *L) {
+/* task.await(task), also t:await(): wait until the task settles; return its
+   results or raise its error (the cancellation error when it was
+   cancelled). A settled task answers at once. */
+int luna__l_await(lua_State *L) {
   luna__task *target = luna__test_task(L, 1);
   luna__task *t;
   if (target == NULL && luna__is_promise(L, 1)) /* a host's promise: promise.c */
@@ -402,7 +458,7 @@ static const luaL_Reg await_funcs[] = {
     {"delay", l_delay},
     {"wait_until", l_wait_until},
     {"wait_while", l_wait_while},
-    {"await", l_await},
+    {"await", luna__l_await},
     {NULL, NULL}};
 
 /* Adds the awaits to the module table on top of L, with the binding as

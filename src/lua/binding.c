@@ -193,9 +193,13 @@ static int report_protected(lua_State *L) {
   lua_pushvalue(L, 3);
   lua_pushvalue(L, 4);
   lua_pushstring(L, a->what); /* the default report's subject */
-  LUNA__OBSERVE(b, on_call, L, true);
-  st = lua_pcall(L, 4, 0, 0);
-  LUNA__OBSERVE(b, on_call, L, false);
+  {
+    LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_HANDLER);
+    LUNA__OBSERVE(b, on_call, L, true);
+    st = lua_pcall(L, 4, 0, 0);
+    LUNA__OBSERVE(b, on_call, L, false);
+    LUNA__END_CALLING(b);
+  }
   /* A cancellation raised by the handler (task.exit there, or it
      cancelled the task it runs in) is no failure of the handler: it saw
      the error; the task it cancelled unwinds at its next await. */
@@ -474,11 +478,20 @@ static int resume_running(lua_State *L, lua_State *co, int nargs) {
   return nres;
 }
 
-/* coroutine.resume(co, ...) -> true, ... | false, err */
+/* coroutine.resume(co, ...) -> true, ... | false, err. A suspended task's
+   coroutine is refused with an error at the call, before anything moves:
+   only the scheduler resumes a task. An ended task's is a dead coroutine. */
 static int guarded_resume(lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
   int n;
   luaL_argexpected(L, co != NULL, 1, "thread"); /* as Lua 5.4.4 words it */
+  if (luna__in_await(co))
+    return luaL_error(L, "%s", LUNA__RESUME_TASK_MSG);
+  if (luna__ended_task_thread(co)) { /* its results are the task's */
+    lua_pushboolean(L, 0);
+    lua_pushliteral(L, "cannot resume dead coroutine");
+    return 2;
+  }
   n = resume_running(L, co, lua_gettop(L) - 1);
   lua_pushboolean(L, n >= 0);
   lua_insert(L, n >= 0 ? -(n + 1) : -2);
@@ -507,11 +520,21 @@ static int guarded_wrapped(lua_State *L) {
   return lua_error(L);
 }
 
+int luna__l_cancel(lua_State *L);
+
 /* coroutine.close(co) -> true | false, err: for a dead or suspended one;
    "cannot close a running/normal coroutine" otherwise, as the base
-   library says it. */
+   library says it. Closing a suspended task's coroutine cancels the task,
+   as task.cancel does (its to-be-closed variables see the cancellation,
+   its awaiters are told, it ends "cancelled"), and returns true: closing
+   a coroutine is how plain Lua says "this will not be resumed", and a
+   stock close would run its __close handlers with no error and leave the
+   task waiting on a dead coroutine. Finding the task walks the live tasks
+   (luna__thread_task): task.cancel(t) is the O(1) way. */
 static int guarded_close(lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
+  luna__binding *b;
+  luna__task *t;
   lua_Debug ar;
   int st;
   luaL_argexpected(L, co != NULL, 1, "thread");
@@ -519,6 +542,18 @@ static int guarded_close(lua_State *L) {
     return luaL_error(L, "cannot close a running coroutine");
   if (lua_status(co) == LUA_OK && lua_getstack(co, 0, &ar))
     return luaL_error(L, "cannot close a normal coroutine");
+  if (luna__in_await(co) && (b = luna__get_binding(L)) != NULL && b->loop != NULL &&
+      (t = luna__thread_task(b, co)) != NULL) {
+    lua_pushcfunction(L, luna__l_cancel);
+    luna__push_task(L, t);
+    lua_call(L, 1, 0);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  if (luna__ended_task_thread(co)) { /* dead: nothing to close, results kept */
+    lua_pushboolean(L, 1);
+    return 1;
+  }
   st = close_running(L, co);
   pass_interrupt(L, co);
   lua_pushboolean(L, st == LUA_OK);
@@ -545,8 +580,11 @@ static int guarded_wrap(lua_State *L) {
 }
 
 LUNA_API void luna_lua_guard_interrupts(lua_State *L) {
-  if (L == NULL)
-    return;
+  if (L != NULL)
+    luna__guard_coroutines(L);
+}
+
+void luna__guard_coroutines(lua_State *L) {
   if (lua_getglobal(L, "coroutine") == LUA_TTABLE) {
     lua_pushcfunction(L, guarded_resume);
     lua_setfield(L, -2, "resume");

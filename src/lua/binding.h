@@ -232,6 +232,11 @@ struct luna__binding {
   int walks;             /* walks of the anchors in creation order under way
                             (task.c): released slots wait until they end */
   bool slots_held;       /* slots were released during a walk */
+  struct {
+    lua_State *L;        /* the thread it runs on */
+    uint8_t what;        /* luna__calling: what Lua code that is not a task
+                            is being called there, for the await errors */
+  } calling;
   int stretch_tb_line;   /* while a stretch of callbacks runs: its frame's
                             line from the end of a traceback (callbacks.c) */
   /* registered task.on handles */
@@ -247,6 +252,7 @@ struct luna__binding {
     lua_Hook hook;
     int mask, count;
   } bare_prev;            /* the hook that bare_yield_hook replaced (task.c) */
+  char bare_where[LUA_IDSIZE + 24]; /* "<source>:<line>: " of that yield */
   uint8_t hook_error;     /* luna__hook_error: who raised the registry's
                               last hook error (luna__raise_from_hook) */
   const char *stop_msg;   /* while a mod's budget stop is on, its error
@@ -258,9 +264,28 @@ struct luna__binding {
   void (*report_fallback)(void *ud, const char *what, const char *message);
   void *report_fallback_ud; /* the guard's report of last resort (guard.h) */
   uint64_t errors;
+  size_t held_failures;   /* failures held for a later await (taskobj.c) */
   bool exit_requested;
   int exit_code;
 };
+
+/* Lua code the binding calls outside any task, which cannot await. */
+typedef enum luna__calling {
+  LUNA__CALLING_NONE,
+  LUNA__CALLING_CALLBACK,  /* a task.on or task.every callback */
+  LUNA__CALLING_PREDICATE, /* a wait_until or wait_while predicate */
+  LUNA__CALLING_HANDLER    /* the task.on_error handler */
+} luna__calling;
+
+/* Notes that b calls Lua code of kind `what` on L until the matching
+   LUNA__END_CALLING, which restores what was noted before (calls nest). */
+#define LUNA__BEGIN_CALLING(b, thread, kind)                                   \
+  lua_State *calling_L_ = (b)->calling.L;                                      \
+  uint8_t calling_what_ = (b)->calling.what;                                   \
+  (b)->calling.L = (thread);                                                   \
+  (b)->calling.what = (uint8_t)(kind)
+#define LUNA__END_CALLING(b)                                                   \
+  ((b)->calling.L = calling_L_, (b)->calling.what = calling_what_)
 
 /* The binding of a module function: its upvalue 1 (a light userdata), which
    saves a registry lookup on the hot paths (every await, every spawn).
@@ -332,6 +357,12 @@ int luna__raise_from_hook(lua_State *L, luna__hook_error kind);
    raised, while it stands (see luna__hook_error). The handler runs one C
    call deeper than with the stock xpcall. A mod's sandbox has it. */
 void luna__push_guarded_xpcall(lua_State *L);
+
+/* Replaces coroutine.resume, coroutine.wrap and coroutine.close of L's
+   global coroutine table (when there is one) by the binding's guarded
+   versions (binding.c, luna_lua_guard_interrupts): done when the module is
+   opened. */
+void luna__guard_coroutines(lua_State *L);
 
 /* coroutine.create's work: pushes a new thread holding the function that
    is argument 1 of the calling C function (raises an argument error when
@@ -466,12 +497,28 @@ void luna__depend(lua_State *L, int task_idx, int list_idx);
 void luna__depend_one(lua_State *L, int task_idx, int dep_idx);
 void luna__undepend(lua_State *L, int task_idx);
 
+/* Pushes the weak-keyed table registry[key] (per-task facts that few tasks
+   have: names, creation tracebacks, t:handled() marks), creating it the
+   first time. */
+void luna__push_side_table(lua_State *L, const void *key);
 /* Pushes the name of the task at idx (a string, or nil) and returns its
    type; luna__set_name pops a string or nil and names the task at idx. */
 int luna__push_name(lua_State *L, int idx);
 void luna__set_name(lua_State *L, int idx);
+/* Writes the label of the task t (at task_idx of L) for reports into buf:
+   its name, or "<source>:<line>" of its function (kept after it failed),
+   or "#<id>" when neither is known. Allocates nothing in Lua (it runs
+   outside any protected call). */
+void luna__task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size);
 /* A queued continuation of t was dropped by the core (reset): forget it. */
 void luna__drop_continuation(luna__task *t);
+/* True when co is the coroutine of a task that has ended (it holds the
+   task's outcome and a mark on top). For any thread; two reads. */
+bool luna__ended_task_thread(lua_State *co);
+/* The unsettled task whose coroutine is co, or NULL: a walk over the
+   anchors (about 10 ns a live task), for the rare calls that name a task
+   by its coroutine (coroutine.close of a task's coroutine). */
+luna__task *luna__thread_task(luna__binding *b, lua_State *co);
 /* Frees the anchor table's free-slot array (the binding is closing). */
 void luna__anchors_free(luna__binding *b);
 /* Pushes the task's userdata while it is anchored (not settled, or still
@@ -485,7 +532,7 @@ bool luna__has_outcome(const luna__task *t);
    when done, or false + error. Returns the count pushed. */
 int luna__push_result(lua_State *L, luna__task *t);
 const char *luna__status_name(const luna__task *t);
-int luna__open_task(lua_State *L);
+int luna__open_task(lua_State *L, luna__binding *b);
 /* The continuation that resumes a task waiting on a timing (shared with
    binding.c for purging). */
 void luna__resume_cb(luna_loop *loop, void *arg);
@@ -495,11 +542,23 @@ void luna__timer_cb(luna_loop *loop, void *arg);
 /* Prefetches the lua_State of the task `arg` (luna__loop_set_warm). */
 void luna__warm_task(void *arg);
 
+/* ---- taskobj.c: failures handled later (t:handled()) ------------------------ */
+/* The task at task_idx, which just failed with nobody awaiting it, was
+   marked by t:handled(): its failure is held (and true returned) instead
+   of reported. */
+bool luna__hold_failure(luna__binding *b, lua_State *L, int task_idx);
+/* The failure of t is being taken (task.await, t:result()): no longer held. */
+void luna__take_held(lua_State *L, luna__task *t);
+/* The run ends: reports the failures still held, in the order they happened. */
+void luna__report_held(luna__binding *b, lua_State *L);
+
 /* ---- await.c ------------------------------------------------------------ */
 /* Checks that L is a task that may await now and returns it; raises a clear
    error naming `what` otherwise, or the cancellation error when the task
    was cancelled. */
 luna__task *luna__check_await(lua_State *L, const char *what);
+/* task.await(t) and t:await(): upvalue 1 is the binding. */
+int luna__l_await(lua_State *L);
 luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *what);
 /* The same, with the position of a message error taken at `level` (as Lua's
    error(): 1 is the caller of the C function), for awaits written in Lua
@@ -507,6 +566,23 @@ luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *wha
 luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *what, int level);
 /* Suspends the calling task (whose wait is armed) until woken. */
 int luna__suspend(lua_State *L, luna__task *t);
+/* Suspends the calling task with continuation k (called with ctx): every
+   suspension of a task goes through here, which pushes a mark on its
+   frame. A continuation must first check that the scheduler resumed it
+   (luna__running_task is its task) and otherwise return
+   luna__refuse_resume(L, t, ctx, k). */
+int luna__yield_task(lua_State *L, lua_KContext ctx, lua_KFunction k);
+/* True when co is a task's coroutine suspended in an await (luna__yield_task
+   marked its frame). For any thread; a read of each value of its frame. */
+bool luna__in_await(lua_State *co);
+/* A continuation found it was resumed by someone else than the scheduler (a
+   coroutine.resume captured before the binding guarded it, a host's
+   lua_resume): drops what that resumer passed and suspends t again as it
+   was, yielding LUNA__RESUME_TASK_MSG to that resumer. */
+int luna__refuse_resume(lua_State *L, luna__task *t, lua_KContext ctx, lua_KFunction k);
+#define LUNA__RESUME_TASK_MSG                                                         \
+  "cannot resume a task's coroutine; the scheduler resumes it (use task.cancel, or " \
+  "await the task)"
 luna_timing luna__opt_timing(lua_State *L, int idx, luna_timing def);
 luna_clock luna__opt_clock(lua_State *L, int idx, luna_clock def);
 luna_ns luna__check_seconds(lua_State *L, int idx);

@@ -98,9 +98,13 @@ static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top
     lua_pushnumber(L, dt);
   luna__running = L;
   h->calling = true;
-  LUNA__OBSERVE(b, on_call, L, true);
-  st = lua_pcall(L, 1, 0, top + 1);
-  LUNA__OBSERVE(b, on_call, L, false);
+  {
+    LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_CALLBACK);
+    LUNA__OBSERVE(b, on_call, L, true);
+    st = lua_pcall(L, 1, 0, top + 1);
+    LUNA__OBSERVE(b, on_call, L, false);
+    LUNA__END_CALLING(b);
+  }
   luna__running = outer;
   if (st != LUA_OK)
     report_failure(b, h, L);
@@ -217,10 +221,12 @@ static void callbacks_batch(luna_loop *loop, luna__batch *bt) {
     b->stretch_tb_line = next_frame_line(L);
     lua_pushcfunction(L, stretch_msgh); /* top + 1 */
     do {
+      LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_CALLBACK);
       s.cur = NULL;
       lua_pushcfunction(L, stretch_body);
       lua_pushlightuserdata(L, &s);
       st = lua_pcall(L, 1, 0, top + 1);
+      LUNA__END_CALLING(b);
       luna__running = s.outer;
       if (st != LUA_OK && s.cur != NULL) {
         LUNA__OBSERVE(b, on_call, L, false);
@@ -382,28 +388,52 @@ static void check_priority(lua_State *L, int opts, luna_item_options *o) {
   lua_pop(L, 1);
 }
 
-/* task.on([timing,] fn [, opts]) -> Handle: calls fn(dt) at each run of
-   `timing` (default "Update"), from the next run on, until handle:remove()
-   (also called when a `local h <close>` goes out of scope). dt is
-   delta_time() in seconds; return values are ignored. Callbacks run in
-   priority order (opts.priority: an integer, lower first, default 0; or
+/* The argument at idx, after a callback's function: a timing name (when
+   `timing_ok`; *timing is set), then an options table or nil. Returns the
+   index of the options (idx, or idx + 1 after a timing name). Raises an
+   argument error at the position the caller wrote, saying what may be
+   there. */
+static int timing_or_options(lua_State *L, int idx, bool timing_ok, luna_timing *timing) {
+  if (timing_ok && lua_type(L, idx) == LUA_TSTRING) {
+    *timing = luna__opt_timing(L, idx, LUNA_UPDATE);
+    idx++;
+    timing_ok = false;
+  }
+  if (!lua_isnoneornil(L, idx) && !lua_istable(L, idx))
+    luaL_argerror(L, idx, lua_pushfstring(L, "expected %s, got %s",
+                                          timing_ok ? "a timing name or an options table"
+                                                    : "an options table",
+                                          luaL_typename(L, idx)));
+  return idx;
+}
+
+/* task.on([timing,] fn [, opts]) or task.on(fn, timing [, opts]) ->
+   Handle: calls fn(dt) at each run of `timing` (default "Update"), from
+   the next run on, until handle:remove() (also called when a
+   `local h <close>` goes out of scope). dt is delta_time() in seconds;
+   return values are ignored. Callbacks run in priority order (opts.priority: an integer, lower first, default 0; or
    "high": first, and never deferred by task.set_budget), then in
    registration order. */
 static int l_on(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
-  luna_timing timing;
+  luna_timing timing = LUNA_UPDATE;
   luna_item_options opts;
   luna__handle *h;
-  int rc;
-  if (lua_type(L, 1) == LUA_TFUNCTION) { /* task.on(fn [, opts]) */
-    lua_settop(L, 2);
+  int rc, fn = 1, opt;
+  /* Arguments are checked where the caller wrote them: task.on(fn, ...)
+     has its function at 1, task.on(timing, fn, ...) at 2. */
+  if (lua_type(L, 1) != LUA_TFUNCTION) {
+    timing = luna__opt_timing(L, 1, LUNA_UPDATE);
+    fn = 2;
+  }
+  luaL_checktype(L, fn, LUA_TFUNCTION);
+  opt = timing_or_options(L, fn + 1, fn == 1, &timing);
+  check_priority(L, opt, &opts);
+  lua_settop(L, fn);
+  if (fn == 1) { /* new_handle takes the function at index 2 */
     lua_pushnil(L);
     lua_insert(L, 1);
   }
-  timing = luna__opt_timing(L, 1, LUNA_UPDATE);
-  luaL_checktype(L, 2, LUA_TFUNCTION);
-  check_priority(L, 3, &opts);
-  lua_settop(L, 2);
   h = new_handle(L, b, HANDLE_ON, timing);
   reference_handle(L, h);
   rc = luna_item_add_ex(b->loop, timing, callback_step, h, &opts, &h->item);
@@ -421,13 +451,13 @@ static double spread_fraction(uint64_t i) {
   return (double)(x >> 11) / 9007199254740992.0; /* 2^53 */
 }
 
-/* task.every(interval, fn, [opts]) -> Handle: calls fn(n) periodically.
+/* task.every(interval, fn, [timing], [opts]) -> Handle: calls fn(n)
+   periodically, at runs of `timing` (or opts.timing; default "Update").
    The k-th call (k = 1, 2, ...) is due at start + k * interval on the
    clock, start being the clock when every was called; at most one call per
    run, n being how many intervals came due since the last call (usually
-   1), so the schedule stays anchored. opts.timing (default "Update"),
-   opts.clock ("scaled" default, "unscaled", "realtime", "fixed") and
-   opts.spread: true staggers the first calls of callbacks started
+   1), so the schedule stays anchored. opts.clock ("scaled" default,
+   "unscaled", "realtime", "fixed") and opts.spread: true staggers the first calls of callbacks started
    together evenly over one interval (deterministically), so thousands of
    them do not land in the same frame. */
 static int l_every(lua_State *L) {
@@ -441,19 +471,22 @@ static int l_every(lua_State *L) {
   bool spread = false;
   luna__handle *h;
   luna_ns now;
-  int rc;
+  int rc, opt;
   if (!(seconds > 0) || luna_seconds_to_ns((double)seconds, &interval) != 0 || interval == 0)
     return luaL_argerror(L, 1, lua_pushfstring(L, "expected a finite interval of at least "
                                                "1e-9 seconds, got %s",
                                                luna__number_text(L, seconds)));
   luaL_checktype(L, 2, LUA_TFUNCTION);
-  if (!lua_isnoneornil(L, 3)) {
+  opt = timing_or_options(L, 3, true, &timing);
+  if (!lua_isnoneornil(L, opt)) {
     static const char *const known[] = {"timing", "clock", "spread", NULL};
-    luaL_checktype(L, 3, LUA_TTABLE);
-    luna__check_options(L, 3, known);
-    timing = luna__field_timing(L, 3, "timing", LUNA_UPDATE);
-    clock = luna__field_clock(L, 3, "clock", LUNA_CLOCK_SCALED);
-    spread = luna__field_boolean(L, 3, "spread", false);
+    luna__check_options(L, opt, known);
+    if (opt == 4 && lua_getfield(L, opt, "timing") != LUA_TNIL)
+      luaL_argerror(L, opt, "opts.timing: the timing was given as argument #3 already");
+    lua_settop(L, opt);
+    timing = luna__field_timing(L, opt, "timing", timing);
+    clock = luna__field_clock(L, opt, "clock", LUNA_CLOCK_SCALED);
+    spread = luna__field_boolean(L, opt, "spread", false);
   }
   lua_settop(L, 2);
   now = luna_loop_time(b->loop, clock);

@@ -131,11 +131,9 @@ static int l_report(lua_State *L) {
     return 0;
   }
   luna__task *t = luna__check_task(L, 3);
-  luna__push_name(L, 3);
-  if (lua_type(L, -1) == LUA_TSTRING)
-    lua_pushfstring(L, "task %s", lua_tostring(L, -1));
-  else
-    lua_pushfstring(L, "task #%I", (lua_Integer)t->id);
+  char label[512];
+  luna__task_label(L, t, 3, label, sizeof label);
+  lua_pushfstring(L, "task %s", label);
   luna__report(b, L, 1, lua_isnil(L, 2) ? 0 : 2, 3, lua_tostring(L, -1));
   return 0;
 }

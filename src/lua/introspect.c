@@ -46,18 +46,13 @@ static const char tracebacks_key = 0;
 /* Pushes the table of creation tracebacks, creating it when `create`;
    returns false (pushing nothing) when it does not exist. */
 static bool push_tracebacks(lua_State *L, bool create) {
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &tracebacks_key) == LUA_TTABLE)
-    return true;
-  lua_pop(L, 1);
-  if (!create)
+  if (!create) {
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &tracebacks_key) == LUA_TTABLE)
+      return true;
+    lua_pop(L, 1);
     return false;
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "k");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &tracebacks_key);
+  }
+  luna__push_side_table(L, &tracebacks_key);
   return true;
 }
 

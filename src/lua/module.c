@@ -352,7 +352,7 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key) == LUA_TTABLE)
     return 1;
   lua_pop(L, 1);
-  luna__open_task(L);
+  luna__open_task(L, b);
   luna__preallocate(L, b);
   /* The Task metatable at index 2 of the anchor thread, for luna__new_task */
   lua_settop(b->anchor_L, 1);
@@ -365,6 +365,7 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   luna__open_callbacks(L);
   luna__open_introspect(L);
   luna__open_compose(L);
+  luna__guard_coroutines(L); /* a task's coroutine is the scheduler's alone */
   lua_createtable(L, LUNA_TIMING_COUNT, 0);
   for (i = 0; i < LUNA_TIMING_COUNT; i++) {
     lua_pushstring(L, luna_timing_name(i));

@@ -560,12 +560,15 @@ static bool remove_waiter(lua_State *L, int ud, luna__task *t) {
    interrupted it); if it was the last task awaiting with task.await, Lua
    gives the promise up, and the host is told. */
 static int await_k(lua_State *L, int status, lua_KContext ctx) {
-  luna__binding *b = luna__get_binding(L);
-  luna__task *t = b->current;
-  luna__pud *pud = (luna__pud *)lua_touserdata(L, 1);
-  bool direct = ctx != 0;
-  bool listed = remove_waiter(L, 1, t);
+  luna__task *t = (luna__task *)(ctx & ~(lua_KContext)1); /* t | direct */
+  luna__pud *pud;
+  bool direct = (ctx & 1) != 0;
+  bool listed;
   (void)status;
+  if (luna__running_task != t)
+    return luna__refuse_resume(L, t, ctx, await_k);
+  pud = (luna__pud *)lua_touserdata(L, 1);
+  listed = remove_waiter(L, 1, t);
   if (listed && direct)
     pud->ndirect--;
   if (t->resume_error) {
@@ -599,7 +602,8 @@ int luna__await_promise(lua_State *L, int idx, bool direct) {
     pud->ndirect++;
   t->wait = LUNA__W_EXTERNAL;
   t->timing = pud->p->timing;
-  return lua_yieldk(L, 0, (lua_KContext)direct, await_k);
+  /* A task is a userdata block, aligned for any type: bit 0 is free. */
+  return luna__yield_task(L, (lua_KContext)t | (direct ? 1 : 0), await_k);
 }
 
 int luna__l_is_promise(lua_State *L) {

@@ -196,6 +196,16 @@ void luna__end_walk(luna__binding *b) {
   b->slots_held = false;
 }
 
+luna__task *luna__thread_task(luna__binding *b, lua_State *co) {
+  int slot;
+  for (slot = 1; slot <= b->nslots; slot++) {
+    luna__task *t = luna__walk_task(b, slot);
+    if (t != NULL && t->co == co)
+      return t;
+  }
+  return NULL;
+}
+
 void luna__anchors_free(luna__binding *b) {
   void *ud;
   lua_Alloc alloc = lua_getallocf(b->L, &ud);
@@ -247,18 +257,22 @@ int luna__push_name(lua_State *L, int idx) {
   return type;
 }
 
+void luna__push_side_table(lua_State *L, const void *key) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE)
+    return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+}
+
 void luna__set_name(lua_State *L, int idx) {
   idx = lua_absindex(L, idx);
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &names_key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &names_key);
-  }
+  luna__push_side_table(L, &names_key);
   lua_pushvalue(L, idx);
   lua_pushvalue(L, -3);
   lua_rawset(L, -3);
@@ -412,6 +426,26 @@ static luna__task *ready_pop(luna__binding *b) {
    two values. */
 #define LUNA__FAILURE_NRESUME 2
 
+/* A settled task's coroutine keeps its outcome (below) and, on top, the
+   address of settled_mark: a plain coroutine that has ended is empty, but
+   this one is not, and the stock functions would take it for one not
+   started yet (coroutine.resume would call its last result, close would
+   wipe its results). The mark lets the guarded functions (binding.c)
+   answer as for a dead coroutine. One push a task. */
+static const char settled_mark = 'e';
+
+bool luna__ended_task_thread(lua_State *co) {
+  return lua_status(co) == LUA_OK && lua_gettop(co) > 0 &&
+         lua_touserdata(co, -1) == (void *)&settled_mark;
+}
+
+/* How many values of the settled t's outcome its coroutine holds: all but
+   the mark (which a coroutine at the end of its stack may lack). */
+static int outcome_count(luna__task *t) {
+  int n = lua_gettop(t->co);
+  return n > 0 && lua_touserdata(t->co, n) == (void *)&settled_mark ? n - 1 : n;
+}
+
 /* Moves copies of the settled task's outcome onto the awaiter and queues it. */
 static void wake_awaiters(luna__binding *b, luna__task *t) {
   if (t->state == LUNA__FAILED)
@@ -420,13 +454,13 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
     luna__task *a = t->aw_head->on.await.next; /* the first */
     unlink_awaiter(a); /* O(1): its predecessor is the last */
     a->wait = LUNA__W_NONE;
-    if (t->state == LUNA__DONE && !lua_checkstack(a->co, lua_gettop(t->co))) {
+    if (t->state == LUNA__DONE && !lua_checkstack(a->co, outcome_count(t))) {
       /* No room for the results (memory): the awaiter gets that error. */
       LUNA__PUSH_MEMERR(a->co);
       a->on.ready.nresume = 1;
       a->resume_error = true;
     } else if (t->state == LUNA__DONE) {
-      int i, n = lua_gettop(t->co);
+      int i, n = outcome_count(t);
       for (i = 1; i <= n; i++) {
         lua_pushvalue(t->co, i);
         lua_xmove(t->co, a->co, 1);
@@ -456,10 +490,7 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
   }
 }
 
-/* The label of a task for reports, written into buf: its name, or
-   "<source>:<line>" of the function at the bottom of its coroutine, or
-   "#<id>". Allocates nothing in Lua (it runs outside any protected call). */
-static void task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size) {
+void luna__task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size) {
   lua_Debug ar;
   int level = 0;
   luna__push_name(L, task_idx);
@@ -469,6 +500,10 @@ static void task_label(lua_State *L, luna__task *t, int task_idx, char *buf, siz
     return;
   }
   lua_pop(L, 1);
+  if (t->state == LUNA__FAILED && lua_type(t->co, 3) == LUA_TSTRING) {
+    snprintf(buf, size, "%s", lua_tostring(t->co, 3)); /* kept by finish_error: */
+    return;                                            /* the function is gone */
+  }
   while (lua_getstack(t->co, level + 1, &ar))
     level++;
   if (lua_getstack(t->co, level, &ar) && lua_getinfo(t->co, "S", &ar) &&
@@ -504,18 +539,23 @@ static void report_failure(luna__binding *b, lua_State *L) {
   lua_checkstack(L, 3);
   lua_pushvalue(failed->co, 2); /* the traceback: FAILED keeps [error, traceback] */
   lua_xmove(failed->co, L, 1);
-  task_label(L, failed, top - 1, label, sizeof label);
+  luna__task_label(L, failed, top - 1, label, sizeof label);
   snprintf(what, sizeof what, "task %s", label);
-  luna__report(b, L, top, top + 1, top - 1, what);
+  if (!luna__hold_failure(b, L, top - 1)) /* marked t:handled(): held instead */
+    luna__report(b, L, top, top + 1, top - 1, what);
   lua_settop(L, top - 2);
 }
 
 /* Settles t: status, unlink, wake awaiters, release. The outcome is on t->co:
-   the results for DONE, [error, traceback] otherwise. */
+   the results for DONE, [error, traceback, label] for FAILED (the label
+   for reports made later: luna__task_label), [error, nil] otherwise; the
+   settled mark goes on top. */
 static void settle(luna__binding *b, luna__task *t, luna__state state) {
   t->state = (uint8_t)state;
   t->wait = LUNA__W_NONE;
   b->ntasks--;
+  if (lua_checkstack(t->co, 1)) /* false at the stack's limit or out of memory */
+    lua_pushlightuserdata(t->co, (void *)&settled_mark);
   wake_awaiters(b, t);
   maybe_release(b, t);
 }
@@ -575,6 +615,12 @@ static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
   return st;
 }
 
+/* (text) -> the string, for a protected call. */
+static int push_string(lua_State *L) {
+  lua_pushstring(L, (const char *)lua_touserdata(L, 1));
+  return 1;
+}
+
 static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int status) {
   lua_State *L = luna__exec_state(b);
   int top = lua_gettop(L);
@@ -613,7 +659,7 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   tb = lua_gettop(L);
   luna__push_task(L, t);
   task_idx = lua_gettop(L);
-  task_label(L, t, task_idx, label, sizeof label);
+  luna__task_label(L, t, task_idx, label, sizeof label);
 
   /* Runs the __close handlers with the error. One that raises replaces the
      error in stock Lua; here the task keeps its first error (so awaiters
@@ -649,14 +695,22 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   } else {
     lua_pushvalue(L, err);
     lua_pushvalue(L, tb);
-    lua_xmove(L, t->co, 2);
+    /* The label, for reports made once the function is gone (a scope's
+       second failure): protected, it allocates; nil if memory is short. */
+    lua_pushcfunction(L, push_string);
+    lua_pushlightuserdata(L, label);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+      lua_pop(L, 1);
+      lua_pushnil(L);
+    }
+    lua_xmove(L, t->co, 3);
     /* Whether anyone will raise the error is decided now, after the
        __close handlers ran: one may have cancelled the only awaiter (an
        awaiter cancelled later, before it resumed, reports it itself:
        take_failure). */
     bool awaited = t->aw_head != NULL;
     settle(b, t, LUNA__FAILED);
-    if (!awaited) {
+    if (!awaited && !luna__hold_failure(b, L, task_idx)) {
       snprintf(what, sizeof what, "task %s", label);
       luna__report(b, L, err, tb, task_idx, what);
     }
@@ -670,12 +724,25 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   "task.await, ...) instead"
 
 /* A task yielded without a task.* await (a bare coroutine.yield in its own
-   body). It cannot be resumed meaningfully, so it fails: a one-shot count
-   hook raises the error at the next instruction, from inside the task, so
-   its to-be-closed variables and traceback see the right place. */
+   body). It cannot be resumed meaningfully, so it fails: a one-shot hook
+   raises the error from inside the task, so its to-be-closed variables
+   and traceback see the right place. The hook first fires as the yield
+   returns (LUA_MASKRET), while the yield's caller is still at the line of
+   the call: raised there when that caller is a Lua function. A C caller
+   (pcall(coroutine.yield)) would catch it, so the hook is then moved to
+   the next Lua instruction (a count hook), outside that C function; the
+   message names the yield's line all the same (b->bare_where). So is it
+   when the hook replaced a count hook (a mod's budget), which is called
+   below and positions its own error at level 0: a Lua function there. */
 static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
   luna__binding *b = luna__get_binding(L);
-  (void)ar;
+  lua_Debug caller;
+  if (ar->event == LUA_HOOKRET &&
+      ((b != NULL && (b->bare_prev.mask & LUA_MASKCOUNT)) ||
+       !(lua_getstack(L, 1, &caller) && lua_getinfo(L, "S", &caller) && caller.what[0] != 'C'))) {
+    lua_sethook(L, bare_yield_hook, LUA_MASKCOUNT, 1);
+    return;
+  }
   /* Puts back the hook it replaced (a mod's budget, a pending interrupt):
      a pcall around the bare yield must not leave the task unhooked. That
      hook's count starts again, so it is called once now, as if its count
@@ -691,7 +758,7 @@ static void bare_yield_hook(lua_State *L, lua_Debug *ar) {
   }
   if (luna__interrupt_pending())
     luna__arm_interrupt(L); /* a signal between the hook's read and write */
-  luaL_where(L, 1);
+  lua_pushstring(L, b != NULL ? b->bare_where : "");
   lua_pushliteral(L, BARE_YIELD_MSG);
   lua_concat(L, 2);
   luna__raise_from_hook(L, LUNA__HOOK_BARE_YIELD);
@@ -717,12 +784,58 @@ void luna__preallocate(lua_State *L, luna__binding *b) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, &bare_yield_key);
 }
 
-/* Arms bare_yield_hook on t's coroutine, keeping the hook it replaces. */
+/* Arms bare_yield_hook on t's coroutine, keeping the hook it replaces, and
+   notes the position of the yield: "<source>:<line>: " of the innermost
+   Lua function on the coroutine, which is suspended in the yield (its
+   line is that of the call in progress), or "" when there is none. */
 static LUNA__NOINLINE void arm_bare_yield(luna__binding *b, luna__task *t) {
+  lua_Debug ar;
+  int level;
+  b->bare_where[0] = '\0';
+  for (level = 1; lua_getstack(t->co, level, &ar); level++)
+    if (lua_getinfo(t->co, "Sl", &ar) && ar.currentline > 0) {
+      snprintf(b->bare_where, sizeof b->bare_where, "%s:%d: ", ar.short_src, ar.currentline);
+      break;
+    }
   b->bare_prev.hook = lua_gethook(t->co);
   b->bare_prev.mask = lua_gethookmask(t->co);
   b->bare_prev.count = lua_gethookcount(t->co);
-  lua_sethook(t->co, bare_yield_hook, LUA_MASKCOUNT, 1);
+  lua_sethook(t->co, bare_yield_hook, LUA_MASKRET, 0);
+}
+
+/* t's coroutine was closed (lua_closethread by a host, a coroutine.close
+   captured before the binding guarded it) or run (a coroutine.resume of a
+   task not yet started, reached through the debug library) by someone
+   else than the scheduler: its to-be-closed variables have run, or its
+   body did, with nothing to tell the task. It ends cancelled, as closing
+   it through the guarded coroutine.close does; its awaiters are told. */
+static LUNA__NOINLINE void driven_elsewhere(luna__binding *b, luna__task *t) {
+  lua_Debug ar;
+  if (lua_status(t->co) == LUA_OK && lua_getstack(t->co, 0, &ar)) {
+    /* Running there now (only the debug library reaches that): left alone,
+       but for lua_resume's refusal, taken off its stack. */
+    if (t->state == LUNA__RUNNING) {
+      lua_pop(t->co, 1);
+      t->state = LUNA__SUSPENDED;
+    }
+    return;
+  }
+  if (lua_status(t->co) != LUA_OK)
+    luna__close_thread(t->co, luna__exec_state(b)); /* suspended there: closed */
+  t->cancel_requested = true;
+  lua_settop(t->co, 0);
+  luna__push_cancel_error(t->co);
+  lua_pushnil(t->co);
+  settle(b, t, LUNA__CANCELLED);
+}
+
+/* After lua_resume failed: true when it refused to resume co because co
+   was closed (a dead coroutine: only its message is left) or is running
+   elsewhere, rather than co raising (its status is then the error's) or
+   being too deep for a C stack (a task not started keeps its function). */
+static LUNA__NOINLINE bool resumed_elsewhere(lua_State *co) {
+  lua_Debug ar;
+  return lua_status(co) == LUA_OK && (lua_gettop(co) == 1 || lua_getstack(co, 0, &ar));
 }
 
 /* Counts a resume for task.stats (per timing, current frame only). It
@@ -751,7 +864,18 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
   luna__task *outer_task = luna__running_task;
   lua_State *outer_running = luna__running;
   int st, nres = 0;
+  bool ended_bare = false;
 
+  /* Below the nargs values the scheduler pushed, at least the await's mark
+     (luna__yield_task) or the task's function: a coroutine closed behind
+     the scheduler's back has lost them, and lua_resume would read below
+     its stack. (With no values to pass, lua_resume refuses a closed
+     coroutine itself: see the error branch below. W1's yields pay
+     nothing here.) */
+  if (nargs > 0 && lua_gettop(t->co) <= nargs) {
+    driven_elsewhere(b, t);
+    return;
+  }
   t->state = LUNA__RUNNING;
   t->wait = LUNA__W_NONE;
   b->current = t;
@@ -766,8 +890,10 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
     lua_pop(t->co, nres);
     arm_bare_yield(b, t);
     st = lua_resume(t->co, from, 0, &nres);
-    if (st == LUA_OK && lua_gethook(t->co) == bare_yield_hook)
+    if (st == LUA_OK && lua_gethook(t->co) == bare_yield_hook) {
       st = bare_yield_ended(b, t); /* no Lua instruction ran to raise it */
+      ended_bare = true;
+    }
     /* The guarded xpcall that could skip its handler for the error has
        done so by now; later, that error value is an ordinary one. */
     if (b->hook_error == LUNA__HOOK_BARE_YIELD)
@@ -785,6 +911,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
     t->state = LUNA__SUSPENDED;
   } else if (st == LUA_OK) {
     finish_ok(b, t, nres);
+  } else if (!ended_bare && resumed_elsewhere(t->co)) {
+    driven_elsewhere(b, t);
   } else {
     finish_error(b, t, st);
   }
@@ -1111,6 +1239,8 @@ size_t luna__cancel_all(luna__binding *b) {
     n++;
   }
   luna__end_walk(b);
+  if (!nested)
+    luna__report_held(b, luna__exec_state(b)); /* the run ends: none is lost */
   return nested ? b->ntasks : n;
 }
 
@@ -1156,8 +1286,10 @@ int luna__push_result(lua_State *L, luna__task *t) {
     luna__push_cancel_error(L);
     return 2;
   }
+  if (t->state == LUNA__FAILED && t->b->held_failures > 0)
+    luna__take_held(L, t);
   if (t->state == LUNA__DONE) {
-    int i, n = lua_gettop(t->co);
+    int i, n = outcome_count(t);
     luaL_checkstack(L, n + 1, "too many results");
     lua_pushboolean(L, 1);
     for (i = 1; i <= n; i++) {

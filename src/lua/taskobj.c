@@ -1,7 +1,9 @@
 /*
 ** taskobj.c: the Task object seen from Lua: t:status(), t:result(),
-** t:traceback(), t:cancel(), t.name, t.id, tostring(t) and `<close>`.
+** t:traceback(), t:cancel(), t:await(), t.name, t.id, tostring(t) and
+** `<close>`.
 */
+#include <stdio.h>
 #include <string.h>
 
 #include "binding.h"
@@ -59,6 +61,118 @@ int luna__l_cancel(lua_State *L) {
   return 0;
 }
 
+/* ---- failures handled later ----------------------------------------------------- */
+
+/* t:handled() marks a task whose failure the script will take later
+   (task.await, t:await(), t:result()): if it fails while nobody awaits it,
+   its error is held instead of reported at once. Marks are rare, so they
+   live in a weak-keyed side table, as names do; held failures in a
+   sequence of Tasks (in the order they failed, false where one was taken
+   since), which keeps each until it is taken or the run ends, when the
+   ones left are reported (luna__report_held): a failure is never lost. */
+static const char marks_key = 'h';
+static const char held_key = 'f';
+
+/* t:handled() -> t */
+static int l_handled(lua_State *L) {
+  luna__task *t = luna__check_task(L, 1);
+  lua_settop(L, 1);
+  if (LUNA__SETTLED(t))
+    return 1; /* too late: a failure was reported already */
+  luna__push_side_table(L, &marks_key);
+  lua_pushvalue(L, 1);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* (task) -> nothing: appends the Task to the held ones, in protected mode
+   (it allocates, and finish_error runs outside any protected call). */
+static int hold_protected(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &held_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &held_key);
+  }
+  lua_pushvalue(L, 1);
+  lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+  return 0;
+}
+
+bool luna__hold_failure(luna__binding *b, lua_State *L, int task_idx) {
+  bool marked;
+  task_idx = lua_absindex(L, task_idx);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &marks_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return false;
+  }
+  lua_pushvalue(L, task_idx);
+  marked = lua_rawget(L, -2) != LUA_TNIL;
+  lua_pop(L, 2);
+  if (!marked || !lua_checkstack(L, 4))
+    return false;
+  lua_pushcfunction(L, hold_protected);
+  lua_pushvalue(L, task_idx);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) { /* out of memory: reported now instead */
+    lua_pop(L, 1);
+    return false;
+  }
+  b->held_failures++;
+  return true;
+}
+
+void luna__take_held(lua_State *L, luna__task *t) {
+  lua_Integer i, n;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &held_key);
+  n = (lua_Integer)lua_rawlen(L, -1);
+  for (i = 1; i <= n; i++) {
+    bool same = lua_rawgeti(L, -1, i) == LUA_TUSERDATA && lua_touserdata(L, -1) == (void *)t;
+    lua_pop(L, 1);
+    if (same) {
+      lua_pushboolean(L, 0);
+      lua_rawseti(L, -2, i);
+      if (--t->b->held_failures == 0) { /* a fresh sequence, so it never grows for ever */
+        lua_pushnil(L);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &held_key);
+      }
+      break;
+    }
+  }
+  lua_pop(L, 1);
+}
+
+void luna__report_held(luna__binding *b, lua_State *L) {
+  lua_Integer i, n;
+  int top = lua_gettop(L);
+  if (b->held_failures == 0 || !lua_checkstack(L, 8))
+    return;
+  /* Taken off first: the handler may fail and hold more. */
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &held_key);
+  lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &held_key);
+  b->held_failures = 0;
+  n = (lua_Integer)lua_rawlen(L, top + 1);
+  for (i = 1; i <= n; i++) {
+    luna__task *t;
+    char label[512], what[600];
+    if (lua_rawgeti(L, top + 1, i) != LUA_TUSERDATA) {
+      lua_settop(L, top + 1);
+      continue;
+    }
+    t = (luna__task *)lua_touserdata(L, top + 2);
+    lua_pushvalue(t->co, 1); /* [error, traceback, label] of a failed task */
+    lua_pushvalue(t->co, 2);
+    lua_xmove(t->co, L, 2);
+    luna__task_label(L, t, top + 2, label, sizeof label);
+    snprintf(what, sizeof what, "task %s", label);
+    luna__report(b, L, top + 3, top + 4, top + 2, what);
+    lua_settop(L, top + 1);
+  }
+  lua_settop(L, top);
+}
+
 /* `local t <close> = task.spawn(...)`: the task is cancelled when the scope
    exits (no error is raised there, even for the running task). */
 static int l_close(lua_State *L) {
@@ -110,18 +224,23 @@ static int l_newindex(lua_State *L) {
 
 static const luaL_Reg task_methods[] = {
     {"status", l_status},     {"result", l_result}, {"traceback", l_traceback},
-    {"cancel", luna__l_cancel}, {"info", luna__l_info}, {NULL, NULL}};
+    {"cancel", luna__l_cancel}, {"info", luna__l_info}, {"handled", l_handled},
+    {NULL, NULL}};
 
 static const luaL_Reg task_meta[] = {
     {"__close", l_close}, {"__tostring", l_tostring}, {"__newindex", l_newindex},
     {NULL, NULL}};
 
-/* Creates the Task metatable. */
-int luna__open_task(lua_State *L) {
+/* Creates the Task metatable. t:await() is task.await (await.c), with the
+   binding b as its upvalue as the module's awaits have it. */
+int luna__open_task(lua_State *L, luna__binding *b) {
   luaL_newmetatable(L, LUNA__TASK_MT);
   luaL_setfuncs(L, task_meta, 0);
   luna__protect_metatable(L);
   luaL_newlib(L, task_methods);
+  lua_pushlightuserdata(L, b);
+  lua_pushcclosure(L, luna__l_await, 1);
+  lua_setfield(L, -2, "await");
   lua_pushcclosure(L, l_index, 1);
   lua_setfield(L, -2, "__index");
   lua_pop(L, 1);

@@ -24,8 +24,9 @@
 **   metatable, and __metatable fields, so the binding's own metatables
 **   (Task, Handle, Channel, Scope...) cannot be given a __gc either;
 ** - coroutine.resume/close accept only coroutines made by the sandbox's
-**   coroutine.create/wrap (not a task's coroutine, which only the scheduler
-**   may resume), and every coroutine gets the budget hook;
+**   coroutine.create/wrap and tasks' coroutines (which the binding's
+**   guarded functions refuse to resume, and close by cancelling the task,
+**   as everywhere), and every coroutine gets the budget hook;
 ** - no single call whose cost the budgets cannot reach: the pattern
 **   functions are the bounded matcher (pattern.c), collectgarbage allows
 **   only count, isrunning and one basic step, string.rep of an empty
@@ -422,14 +423,17 @@ static int l_co_create(lua_State *L) {
   return 1;
 }
 
+/* The mod's own coroutines pass, and its tasks' when suspended in an await
+   (the binding's guarded functions refuse to resume those and close them
+   by cancelling the task) or running (stock Lua's errors). */
 static lua_State *check_own_thread(lua_State *L, const char *fname) {
   lua_State *co = lua_tothread(L, 1);
   luaL_argexpected(L, co != NULL, 1, "coroutine");
   lua_rawgetp(L, LUA_REGISTRYINDEX, &own_threads_key);
   lua_pushvalue(L, 1);
-  if (lua_rawget(L, -2) == LUA_TNIL)
-    luaL_error(L, "%s: only coroutines made by coroutine.create or coroutine.wrap "
-                  "(a task's coroutine belongs to the scheduler)", fname);
+  if (lua_rawget(L, -2) == LUA_TNIL && co != L && !luna__in_await(co))
+    luaL_error(L, "%s: only coroutines made by coroutine.create or coroutine.wrap, "
+                  "or a task's", fname);
   lua_pop(L, 2);
   return co;
 }
@@ -453,8 +457,8 @@ static int call_on(lua_State *L, lua_State *co) {
   return lua_gettop(L);
 }
 
-/* coroutine.resume(co, ...) / coroutine.close(co): the stock functions, for
-   the mod's own coroutines only. */
+/* coroutine.resume(co, ...) / coroutine.close(co): the binding's guarded
+   functions, for the mod's own coroutines and its tasks' only. */
 static int l_co_resume(lua_State *L) {
   return call_on(L, check_own_thread(L, "coroutine.resume"));
 }

@@ -133,6 +133,29 @@ case_task_error() {
   expect_err '^lunaloop: task .* failed: .*boom'
 }
 
+case_task_coroutine_resume_raises_and_close_cancels() {
+  ll run --fast "$S/task_coroutine.lua"
+  expect_status 0
+  expect_stdout "false	cannot resume a task's coroutine; the scheduler resumes it (use task.cancel, or await the task)" \
+    "suspended" "closed:	task cancelled" "true	cancelled"
+  [ ! -s "$ERR" ] || fail "something was reported"
+}
+
+case_failure_taken_later_is_reported_unless_marked_handled() {
+  ll run --fast "$S/handled_later.lua" unmarked
+  expect_status 1
+  expect_stdout "took:	late failure" "end of main"
+  expect_err '^lunaloop: task .*handled_later.lua:5 failed: late failure$'
+  ll run --fast "$S/handled_later.lua" marked
+  expect_status 0
+  expect_stdout "took:	late failure" "end of main"
+  [ ! -s "$ERR" ] || fail "a failure taken later was reported"
+  ll run --fast "$S/handled_later.lua" never
+  expect_status 1
+  expect_stdout "end of main"
+  expect_err '^lunaloop: task .*handled_later.lua:5 failed: late failure$'
+}
+
 case_error_value_with_failing_tostring() {
   ll run --fast "$S/bad_tostring.lua"
   expect_status 1

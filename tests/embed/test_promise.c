@@ -590,6 +590,39 @@ static void bad_input_returns_einval(void **state) {
   frame(f); /* deliver before freeing the loop (promise.h: lifetime limits) */
 }
 
+/* A task awaiting a promise is the scheduler's alone: a resume of its
+   coroutine from Lua raises at the call, one from C (lua_resume) gets
+   LUA_YIELD with the refusal and changes nothing, and the promise's value
+   still reaches the task; closing the coroutine of another one cancels
+   that task, which gives its promise up (the host is told). The resume
+   crashed: the continuation took the task's current task for its own. */
+static void a_task_awaiting_a_promise_refuses_a_foreign_resume(void **state) {
+  fixture *f = *state;
+  lua_State *co;
+  int nres, top;
+  run(f->L, "p = host.promise(); q = host.promise()\n"
+            "t = task.spawn(function() co = coroutine.running(); got = task.await(p) end)\n"
+            "u = task.spawn(function() cu = coroutine.running(); task.await(q) end)\n"
+            "local ok, err = pcall(coroutine.resume, co, 'forged')\n"
+            "assert(not ok and err:find(\"cannot resume a task's coroutine\"), err)\n");
+  top = lua_gettop(f->L);
+  lua_getglobal(f->L, "co");
+  co = lua_tothread(f->L, -1);
+  lua_pushliteral(co, "forged from C");
+  assert_int_equal(lua_resume(co, f->L, 1, &nres), LUA_YIELD);
+  assert_int_equal(nres, 1);
+  assert_non_null(strstr(lua_tostring(co, -1), "cannot resume a task's coroutine"));
+  lua_pop(co, nres);
+  lua_settop(f->L, top);
+  run(f->L, "assert(t:status() == 'suspended')\n"
+            "assert(coroutine.close(cu) == true and u:status() == 'cancelled')");
+  assert_int_equal(cancel_calls[1], 1);
+  assert_int_equal(luna_promise_resolve(slots[0], push_pair, new_pair(5, "five"), free_pair), 0);
+  frame(f);
+  expect_global(f->L, "got", "5");
+  run(f->L, "assert(t:status() == 'done')");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(resolve_from_a_thread_wakes_the_task_at_the_promise_timing, setup, teardown),
@@ -616,6 +649,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(timeout_with_promises, setup, teardown),
       cmocka_unit_test_setup_teardown(awaiting_outside_a_task_raises, setup, teardown),
       cmocka_unit_test_setup_teardown(bad_input_returns_einval, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_task_awaiting_a_promise_refuses_a_foreign_resume, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

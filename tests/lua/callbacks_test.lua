@@ -305,4 +305,33 @@ H.case("budget_defers_callbacks_to_the_next_run_high_priority_always_runs", func
   H.has(H.raises(function() task.set_budget("Update", -1) end), "non-negative number of seconds")
 end)
 
+H.case("a_timing_after_the_function_is_taken_and_bad_arguments_name_their_own_position", function()
+  -- task.on(fn, "FixedUpdate") and task.every(0.5, fn, "FixedUpdate")
+  -- reported "bad argument #3 ... table expected" for the user's second
+  -- (or third) argument.
+  local log = {}
+  local h1 <close> = task.on(function() log[#log + 1] = "on@" .. testhost.timing() end, "FixedUpdate")
+  local h2 <close> = task.on(function() end, "PreUpdate", {priority = "high"})
+  local h3 <close> = task.every(1 / 60, function() log[#log + 1] = "every@" .. testhost.timing() end,
+    "LastUpdate")
+  H.eq({h2:active(), h3:active()}, {true, true})
+  testhost.fixed_dt(1 / 60)
+  H.frames(1)
+  H.eq(log, {"on@FixedUpdate", "every@LastUpdate"})
+  local function err(f) return select(2, pcall(f)) end
+  local fn = function() end
+  H.has(err(function() task.on(fn, 42) end),
+    "bad argument #2 to 'on' (expected a timing name or an options table, got number)")
+  H.has(err(function() task.on(fn, "Fixed") end), "bad argument #2 to 'on' (unknown timing 'Fixed'")
+  H.has(err(function() task.on("Update", fn, "FixedUpdate") end),
+    "bad argument #3 to 'on' (expected an options table, got string)")
+  H.has(err(function() task.on(fn, "FixedUpdate", true) end),
+    "bad argument #3 to 'on' (expected an options table, got boolean)")
+  H.has(err(function() task.every(0.5, fn, 7) end),
+    "bad argument #3 to 'every' (expected a timing name or an options table, got number)")
+  H.has(err(function() task.every(0.5, fn, "Update", {timing = "Update"}) end),
+    "bad argument #4 to 'every' (opts.timing: the timing was given as argument #3 already)")
+  H.eq(testhost.callback_count(), 3)
+end)
+
 H.run()

@@ -210,6 +210,29 @@ H.case("await_outside_a_task_raises_a_clear_error", function()
   H.has(got[2], "task.next_frame: called from a coroutine that is not a task")
 end)
 
+H.case("awaiting_in_a_callback_predicate_or_handler_says_what_the_code_is", function()
+  -- All three said "the main thread cannot await; start a task with
+  -- task.spawn", which is wrong advice where the code is a callback.
+  local got = {}
+  local h = task.on(function() got.on = select(2, pcall(task.yield)) end)
+  local e = task.every(0.01, function() got.every = select(2, pcall(task.delay, 1)) end)
+  local t = task.spawn(function()
+    got.until_ = select(2, pcall(task.wait_until, function() task.yield(); return true end))
+  end)
+  local prev = task.on_error(function() got.handler = select(2, pcall(task.next_frame)) end)
+  task.spawn(error, "boom")
+  task.on_error(prev)
+  H.frames(2)
+  h:remove(); e:remove()
+  H.has(got.on, "task.yield: called from a task.on or task.every callback, which cannot await")
+  H.has(got.every, "task.delay: called from a task.on or task.every callback")
+  H.has(got.until_, "task.yield: called from a wait_until or wait_while predicate, which must answer at once")
+  H.has(got.handler, "task.next_frame: called from the task.on_error handler, which cannot await")
+  H.eq(t:status(), "done")
+  -- Outside all of them, the main thread's message stays.
+  H.has(H.raises(function() task.yield() end), "the main thread cannot await")
+end)
+
 H.case("plain_coroutine_generators_keep_working_inside_a_task", function()
   local got = {}
   task.spawn(function()
@@ -236,6 +259,31 @@ H.case("bare_coroutine_yield_in_a_task_fails_it_with_advice", function()
   H.eq(#reports, 1)
   H.has(reports[1].err, "use a task.* await")
   H.eq(#log, 1); H.has(log[1], "use a task.* await")
+end)
+
+H.case("a_bare_yield_s_error_names_the_yield_s_own_line", function()
+  -- It named the caller's line, or none when the yield was in the task's
+  -- own body, and the traceback showed the line after the yield (the
+  -- error was raised from a hook at the next instruction, one level up).
+  local function line_of(f) return debug.getinfo(f, "S").linedefined end
+  local reports, restore = H.capture_errors()
+  local function helper()
+    coroutine.yield()
+    return 1
+  end
+  local body = function()
+    coroutine.yield()
+    return 2
+  end
+  task.spawn(body)
+  task.spawn(function() helper() end)
+  restore()
+  local src = "error_test.lua:"
+  H.has(reports[1].err, src .. (line_of(body) + 1) .. ": coroutine.yield inside a task")
+  H.has(reports[1].tb, "[C]: in function 'coroutine.yield'\n\t")
+  H.has(reports[1].tb, src .. (line_of(body) + 1) .. ": in function")
+  H.has(reports[2].err, src .. (line_of(helper) + 1) .. ": coroutine.yield inside a task")
+  H.has(reports[2].tb, src .. (line_of(helper) + 1) .. ": in ")
 end)
 
 H.case("a_body_of_c_functions_that_yields_fails_the_same_way", function()
@@ -270,6 +318,58 @@ H.case("a_task_cannot_await_itself_or_a_cycle", function()
   H.has(got.self, "cannot await itself")
   H.has(got.cycle, "await cycle")
   b:cancel()
+end)
+
+H.case("await_is_also_a_method_of_the_task", function()
+  local got = {}
+  task.spawn(function()
+    local t = task.spawn(function() task.yield(); return 1, nil, 3 end)
+    got.values = table.pack(t:await())
+    local bad = task.defer(function() error("no", 0) end)
+    got.err = select(2, pcall(bad.await, bad))
+  end)
+  H.frames(2)
+  H.eq(got.values, {n = 3, 1, nil, 3})
+  H.eq(got.err, "no")
+end)
+
+H.case("a_failure_marked_handled_waits_for_its_await_instead_of_being_reported", function()
+  -- A failure nobody awaits at the moment it happens is reported, even if
+  -- the script takes it later with pcall(task.await, t); t:handled() says
+  -- it will be taken later.
+  local reports, restore = H.capture_errors()
+  local errors = testhost.error_count()
+  local t = task.spawn(function() task.yield(); error("later", 0) end):handled()
+  local r = task.spawn(function() task.yield(); error("read", 0) end)
+  H.eq(r:handled(), r)
+  H.frames(2)
+  H.eq({t:status(), r:status(), #reports, testhost.error_count()}, {"failed", "failed", 0, errors})
+  local got
+  task.spawn(function() got = table.pack(pcall(task.await, t)) end)
+  H.eq(got, {n = 2, false, "later"})
+  H.eq(table.pack(r:result()), {n = 2, false, "read"})
+  task.run{fast = true}               -- nothing is left to report when the run ends
+  restore()
+  H.eq({#reports, testhost.error_count()}, {0, errors})
+end)
+
+H.case("a_failure_marked_handled_and_never_taken_is_reported_when_the_run_ends", function()
+  local reports, restore = H.capture_errors()
+  local function lost() task.yield(); error("lost", 0) end
+  local t = task.spawn(lost):handled()
+  task.spawn(function() task.yield(); error("plain", 0) end) -- reported when it fails
+  H.frames(1)
+  H.eq(#reports, 1)
+  H.eq(reports[1].err, "plain")
+  H.eq(task.run{fast = true}, 1)      -- an error was reported in the state
+  restore()
+  H.eq(#reports, 2)
+  H.eq({reports[2].err, reports[2].task}, {"lost", t})
+  local where = debug.getinfo(lost, "S")
+  H.eq(reports[2].what, "task " .. where.short_src .. ":" .. where.linedefined)
+  H.truthy(reports[2].tb:find("in function", 1, true), "its traceback")
+  -- Marking a task that already ended changes nothing.
+  H.eq(t:handled(), t)
 end)
 
 H.run()

@@ -232,4 +232,24 @@ H.case("outer_child_failure_unwinds_a_nested_scope_body", function()
   H.eq({out.values[1], out.values[2]}, {false, "outer child"})
 end)
 
+H.case("a_second_failing_child_is_reported_under_its_function_s_position", function()
+  -- It was reported as "task #N": the label came from the child's
+  -- coroutine, whose function is gone once it failed.
+  local reports, restore = H.capture_errors()
+  local second = function() error("two") end
+  local ok, err
+  task.spawn(function()
+    ok, err = pcall(task.scope, function(s)
+      s:spawn(function() error("one") end)
+      s:spawn(second)
+    end)
+  end)
+  restore()
+  H.eq(ok, false); H.has(err, "one")
+  H.eq(#reports, 1)
+  local where = debug.getinfo(second, "S")
+  H.eq(reports[1].what, "task " .. where.short_src .. ":" .. where.linedefined)
+  H.has(reports[1].err, "two")
+end)
+
 H.run()

@@ -452,16 +452,25 @@ static void pathological_pattern_ends_with_an_error(void **state) {
             "print('ok')", NULL);
 }
 
-/* A task's coroutine belongs to the scheduler: the mod cannot resume or
-   close it behind its back; its own coroutines work as in stock Lua. */
+/* A task's coroutine belongs to the scheduler: a mod's resume of it raises
+   and closing it cancels the task, as outside mods; its own coroutines
+   work as in stock Lua. */
 static void coroutine_resume_refuses_task_coroutines(void **state) {
   (void)state;
   expect_ok("local t = task.spawn(function() task.yield() end)\n"
-            "local co\n"
-            "task.spawn(function() co = coroutine.running(); task.yield() end)\n"
+            "local co, seen\n"
+            "local u = task.spawn(function()\n"
+            "  co = coroutine.running()\n"
+            "  local c <close> = setmetatable({}, {__close = function(_, e) seen = e end})\n"
+            "  task.yield()\n"
+            "end)\n"
             "local ok, err = pcall(coroutine.resume, co)\n"
-            "assert(not ok and err:find('belongs to the scheduler'), err)\n"
-            "assert(not pcall(coroutine.close, co))\n"
+            "assert(not ok and err:find(\"cannot resume a task's coroutine\"), err)\n"
+            "assert(u:status() == 'suspended')\n"
+            "assert(coroutine.close(co) == true and u:status() == 'cancelled')\n"
+            "assert(task.is_cancelled(seen))\n"
+            "ok, err = coroutine.resume(coroutine.running())\n"
+            "assert(not ok and err == 'cannot resume non-suspended coroutine', err)\n"
             "local gen = coroutine.wrap(function() for i = 1, 3 do coroutine.yield(i) end end)\n"
             "assert(gen() == 1 and gen() == 2 and gen() == 3)\n"
             "local c = coroutine.create(function(a) local b = coroutine.yield(a + 1); return b * 2 end)\n"

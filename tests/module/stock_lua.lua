@@ -1,5 +1,8 @@
 -- stock_lua.lua: the module loaded by a stock lua5.4 (LUA_CPATH points at
 -- the built lunaloop.so), driving frames itself with task.step and task.run.
+-- A library that captured the stock coroutine functions before the module
+-- loaded keeps them (the module guards the coroutine table from then on).
+local stock_resume, stock_close = coroutine.resume, coroutine.close
 local task = require "lunaloop"
 assert(require "lunaloop" == task, "require returns the same table")
 local failures = 0
@@ -93,6 +96,44 @@ task.spawn(function()
   local ok, err = pcall(task.step)
   check(not ok and err:find("cannot drive the loop from inside a task"), "step inside a task")
 end)
+
+-- A task's coroutine is the scheduler's. The coroutine table's resume
+-- raises at the call; a resume captured before the module loaded gets
+-- (true, the same message) and the task is untouched (it crashed the
+-- interpreter: the await took a timer's deadline for a count of values).
+do
+  local MSG = "cannot resume a task's coroutine; the scheduler resumes it"
+  local co, got
+  local t = task.spawn(function() co = coroutine.running(); got = task.delay(0.1) or "woke" end)
+  local ok, err = pcall(coroutine.resume, co, "forged")
+  check(not ok and err:find(MSG, 1, true), "guarded resume of a task: " .. tostring(err))
+  local r = table.pack(stock_resume(co, "forged", "values"))
+  check(r.n == 2 and r[1] == true and r[2]:find(MSG, 1, true), "captured resume of a task: " .. tostring(r[2]))
+  check(t:status() == "suspended" and coroutine.status(co) == "suspended", "the task is untouched")
+  for _ = 1, 10 do task.step(0.05) end
+  check(t:status() == "done" and got == "woke", "the task woke as usual: " .. tostring(got))
+
+  -- A captured close runs the __close handlers with no error (nothing can
+  -- change that), and the task ends cancelled at its next wake-up instead
+  -- of failing with "cannot resume dead coroutine" (or reading below its
+  -- stack when it had been woken with values).
+  local closed
+  local sleeper = task.spawn(function()
+    co = coroutine.running()
+    local c <close> = setmetatable({}, {__close = function(_, e) closed = tostring(e) end})
+    task.delay(0.1)
+  end)
+  local ch = task.channel()
+  local rco
+  local receiver = task.spawn(function() rco = coroutine.running(); return ch:receive() end)
+  task.spawn(function() ch:send("v"); stock_close(rco) end) -- woken, then closed
+  local awaited
+  task.spawn(function() awaited = select(2, pcall(task.await, sleeper)) end)
+  check(stock_close(co) == true and closed == "nil", "captured close ran the handler")
+  for _ = 1, 10 do task.step(0.05) end
+  check(sleeper:status() == "cancelled" and task.is_cancelled(awaited), "closed task ends cancelled")
+  check(receiver:status() == "cancelled", "woken then closed: " .. receiver:status())
+end
 
 print(failures == 0 and "1 passed, 0 failed" or "0 passed, 1 failed")
 os.exit(failures == 0 and 0 or 1)
