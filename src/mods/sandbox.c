@@ -110,10 +110,20 @@ static int l_load(lua_State *L) {
   return lua_gettop(L);
 }
 
+/* The path argument of loadfile and dofile: a string without NUL (the C
+   calls under it would read only up to the NUL, and load another file than
+   the one named). */
+static const char *check_path(lua_State *L) {
+  size_t len;
+  const char *path = luaL_checklstring(L, 1, &len);
+  luaL_argcheck(L, strlen(path) == len, 1, "a path without NUL bytes expected");
+  return path;
+}
+
 /* loadfile(path [, mode [, env]]) -> chunk | nil, message */
 static int l_loadfile(lua_State *L) {
   luna__mod *m = luna__mod_of(L);
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = check_path(L);
   int env = !lua_isnone(L, 3) ? 3 : 0;
   lua_settop(L, 3);
   luna__sandbox_loadfile(L, m, path, "loadfile");
@@ -134,7 +144,7 @@ static int dofile_cont(lua_State *L, int status, lua_KContext ctx) {
 /* dofile(path): runs a file of the mod's folder, returns its results. */
 static int l_dofile(lua_State *L) {
   luna__mod *m = luna__mod_of(L);
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = check_path(L);
   lua_settop(L, 1);
   luna__sandbox_loadfile(L, m, path, "dofile");
   lua_callk(L, 0, LUA_MULTRET, 0, dofile_cont);

@@ -155,6 +155,11 @@ static void files_only_from_the_mods_folder(void **state) {
             "  ok, err = pcall(dofile, path)\n"
             "  assert(not ok and err:find('not a path inside'), path)\n"
             "end\n"
+            /* A NUL cut the path short: 'lib/util.lua\0x' loaded lib/util.lua. */
+            "for _, f in ipairs{loadfile, dofile} do\n"
+            "  local ok, err = pcall(f, 'lib/util.lua\\0x')\n"
+            "  assert(not ok and err:find('a path without NUL bytes expected'), tostring(err))\n"
+            "end\n"
             "print('ok')", files);
 }
 
