@@ -7,8 +7,8 @@
 **   c_calls     a loop of expensive C calls (s:upper() of a 1 MiB string,
 **               about one instruction each), restarted every frame
 **   pattern     a loop of pathological string.find calls in pcall
-**   callbacks   200 task.on callbacks of about 2 ms each (budgets that
-**               used to multiply: each call had a fresh one)
+**   callbacks   200 task.on callbacks of about 2 ms each (one budget per
+**               mod and frame covers them all)
 **   ping_pong   two tasks passing a value over channels, 1 ms of work a hop
 **   innocent    one task.on callback that counts its calls
 **

@@ -189,8 +189,8 @@ int luna__edit_key(char **line) {
     return 0;
   int avail = 0;
   if (ioctl(STDIN_FILENO, FIONREAD, &avail) != 0 || avail <= 0) {
-    /* Taking this as "still editing" made the REPL poll a dead terminal
-       in a busy loop. */
+    /* Readable with nothing to read: the terminal hung up. Going on would
+       poll a dead terminal in a busy loop. */
     luna__edit_stop();
     return -1;
   }

@@ -147,8 +147,6 @@ LUNA_API bool luna_lua_stuck(lua_State *L) {
   return stuck;
 }
 
-/* Writes "task NAME (#ID)", or "task #ID" for a task without a name; the
-   Task of t is on top of L (left there). */
 /* Writes s[0..len) with its control characters escaped: names and chunk
    names are the script's (or a mod's) to choose, and must not forge a line
    of the report or reach the terminal as an escape sequence. */
@@ -162,6 +160,8 @@ static void write_escaped(FILE *out, const char *s, size_t len) {
   }
 }
 
+/* Writes "task NAME (#ID)", or "task #ID" for a task without a name; the
+   Task of t is on top of L (left there). */
 static void write_task_name(lua_State *L, FILE *out) {
   luna__task *t = (luna__task *)lua_touserdata(L, -1);
   size_t len;

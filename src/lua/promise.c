@@ -292,8 +292,10 @@ static int push_outcome(lua_State *L, int ud, luna__pud *pud) {
 /* Wakes every task listed as awaiting the settled promise at `ud`, in the
    order they began awaiting, with copies of its outcome, and empties the
    list. A listed task that is not waiting any more (a scope interrupt
-   already woke it) is skipped: its await_k raises what it was woken with. */
-static void wake_waiters(lua_State *L, int ud, luna__pud *pud) {
+   already woke it) is skipped: its await_k raises what it was woken with.
+   With memerr, each gets the memory error instead, which needs no memory:
+   for when copying the outcome could not be done. */
+static void wake_waiters(lua_State *L, int ud, luna__pud *pud, bool memerr) {
   luna__binding *b = pud->b;
   lua_Integer i, n;
   int list;
@@ -309,8 +311,13 @@ static void wake_waiters(lua_State *L, int ud, luna__pud *pud) {
     t = luna__test_task(L, -1);
     lua_pop(L, 1);
     if (t != NULL && t->state == LUNA__SUSPENDED && t->wait == LUNA__W_EXTERNAL) {
-      int nv = push_outcome(L, ud, pud);
-      luna__wake(b, t, L, nv, pud->status != P_DONE);
+      if (memerr) {
+        LUNA__PUSH_MEMERR(L);
+        luna__wake(b, t, L, 1, true);
+      } else {
+        int nv = push_outcome(L, ud, pud);
+        luna__wake(b, t, L, nv, pud->status != P_DONE);
+      }
     }
   }
   lua_pop(L, 1);
@@ -325,7 +332,13 @@ static void give_up(lua_State *L, int ud, luna__pud *pud) {
     return;
   pud->status = P_CANCELLED;
   let_go(pud, true);
-  wake_waiters(L, ud, pud);
+  wake_waiters(L, ud, pud, false);
+}
+
+/* wake_waiters in protected mode: (Promise userdata, pud). */
+static int wake_protected(lua_State *L) {
+  wake_waiters(L, 1, (luna__pud *)lua_touserdata(L, 2), false);
+  return 0;
 }
 
 /* Builds the outcome of a completion, in protected mode: (p) -> the
@@ -358,8 +371,9 @@ static int build_outcome(lua_State *L) {
 
 /* The completion arrived (loop thread, at the promise's timing): store the
    outcome in the Promise, free the payload, wake the awaiters. This runs
-   in a loop callback, outside any protected call: what allocates runs in
-   build_outcome's. */
+   in a loop callback, outside any protected call: what allocates (building
+   the outcome, copying it to each awaiter) runs in protected calls; the
+   awaiters a failed copy left waiting get the memory error. */
 static void settle(luna__pud *pud) {
   luna_promise *p = pud->p;
   lua_State *L = luna__exec_state(pud->b);
@@ -378,7 +392,13 @@ static void settle(luna__pud *pud) {
   lua_setiuservalue(L, ud, 1);
   discard_payload(p);
   let_go(pud, false);
-  wake_waiters(L, ud, pud);
+  lua_pushcfunction(L, wake_protected);
+  lua_pushvalue(L, ud);
+  lua_pushlightuserdata(L, pud);
+  if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+    lua_pop(L, 1);
+    wake_waiters(L, ud, pud, true);
+  }
   lua_settop(L, top);
 }
 

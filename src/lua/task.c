@@ -977,8 +977,14 @@ static LUNA__ALWAYS_INLINE void run_now(luna__binding *b, luna__task *t, int nar
 }
 
 void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool is_error) {
-  lua_checkstack(t->co, nvalues + 1);
-  lua_xmove(L, t->co, nvalues);
+  if (lua_checkstack(t->co, nvalues + 1)) {
+    lua_xmove(L, t->co, nvalues);
+  } else { /* no room for the values (memory): t gets that error instead */
+    lua_pop(L, nvalues);
+    LUNA__PUSH_MEMERR(t->co);
+    nvalues = 1;
+    is_error = true;
+  }
   t->on.ready.nresume = nvalues;
   t->resume_error = is_error;
   t->wait = LUNA__W_NONE;
@@ -1134,6 +1140,10 @@ static void cancel_one(luna__binding *b, luna__task *t) {
       lua_pushnil(t->co);
       b->abandoned++;
       settle(b, t, LUNA__CANCELLED);
+      if (failure) { /* no Lua may run now: counted, not handed to a handler */
+        b->errors++;
+        lua_pop(L, 2);
+      }
       break;
     }
     luna__push_cancel_error(t->co);

@@ -138,7 +138,7 @@ static void hold(luna__mod *m) {
 /* True once the open context has used up what the frame left it. */
 static bool time_over(luna__mod *m) {
   return m->time_limit > 0 && m->depth > 0 &&
-         m->time_spent + (clock_now(m) - m->ctx_began) >= m->time_limit;
+         luna_ns_add(m->time_spent, clock_now(m) - m->ctx_began) >= m->time_limit;
 }
 
 /* m->exceeded, mirrored in the binding (the stop's message) so that the
@@ -245,8 +245,8 @@ void luna__budget_begin(luna__mod *m, lua_State *thread) {
                              own calls) stopped at its first instruction */
   if (m->set->watchdog != NULL) /* (one clock read less with the default clock) */
     luna__watchdog_arm(m->set->watchdog, thread,
-                       (m->set->cfg.clock != NULL ? monotonic_ns() : m->ctx_began) +
-                           (left > 0 ? left : 0));
+                       luna_ns_add(m->set->cfg.clock != NULL ? monotonic_ns() : m->ctx_began,
+                                   left > 0 ? left : 0));
 }
 
 void luna__budget_end(luna__mod *m) {

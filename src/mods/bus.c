@@ -305,8 +305,8 @@ void luna__copy_in(lua_State *L, const char *data, size_t len) {
 
 /* Why `topic` cannot be a topic (a message to put after "mods.send: "), or
    NULL. Topics are copied into host memory for every message and every
-   subscribed mod, so they are short; a NUL would cut the copy ("a\0b"
-   reached the subscribers of "a"), so it is refused rather than cut. */
+   subscribed mod, so they are short; a NUL would cut the C copy (a send to
+   "a\0b" would reach the subscribers of "a"), so it is refused. */
 static const char *bad_topic(const char *topic, size_t len, char *buf, size_t buflen) {
   const char *nul;
   if (len > LUNA__MAX_TOPIC) {

@@ -8,7 +8,8 @@
 **   inside it, never out: manifest.lua -> /etc/shadow is refused before a
 **   byte is read, so no error message can quote such a file);
 ** - opened with O_NONBLOCK and O_NOFOLLOW (the resolved path has no links
-**   left; a link swapped in after the check is refused) and O_NOCTTY, so
+**   left; a link swapped in for the last component after the check is
+**   refused, not one swapped in for a folder above it) and O_NOCTTY, so
 **   a FIFO, a terminal or a device node can never block the host; and
 ** - checked with fstat on the open descriptor to be a regular file before
 **   it is read, at most `limit` bytes.

@@ -21,7 +21,7 @@ extern const char luna__on_load_key, luna__on_unload_key;
 
 /* Every report passes here, so every mod-controlled string in one (error
    messages, tracebacks, topics, folder names) is escaped here, once: a
-   mod cannot forge a report line or send a terminal escape (text.c). The
+   mod cannot forge a report line or send a terminal escape (src/lua/escape.c). The
    custom report function gets the escaped text too. */
 void luna__mods_report(luna_mods *set, const char *mod, const char *fmt, ...) {
   char raw[4096], buf[4096], name[300];

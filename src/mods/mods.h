@@ -14,7 +14,6 @@
 **   manifest.c reading manifest.lua in a throwaway, empty state
 **   watch.c    file signatures for hot reload
 **   files.c    reading a file of a mod's folder (contained, never blocking)
-**   text.c     escaping what a mod controls on its way to the host's output
 **
 ** Invariants:
 ** - A mod's lua_State is created, closed and replaced only when no Lua code

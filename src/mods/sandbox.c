@@ -232,7 +232,7 @@ static int l_require(lua_State *L) {
 
 /* print(...): one line, values separated by tabs, through the set's print
    function ("[name] line" on stdout by default). The line is escaped
-   (text.c; tabs kept) into a buffer of the mod's own state, so neither a
+   (src/lua/escape.c; tabs kept) into a buffer of the mod's own state, so neither a
    terminal escape nor a forged line reaches the host's output, and a huge
    line costs the mod's memory, not the host's. */
 static int l_print(lua_State *L) {

@@ -199,15 +199,18 @@ static void process_disables(luna_mods *set) {
   size_t i;
   for (i = 0; i < set->nmods; i++) {
     luna__mod *m = set->mods[i];
+    char time_limit[32] = "none";
     if (!m->disable_pending || m->state != LUNA_MOD_LOADED)
       continue;
+    if (m->time_limit > 0)
+      snprintf(time_limit, sizeof time_limit, "%g ms per frame", (double)m->time_limit / 1e6);
     snprintf(m->last_error, sizeof m->last_error,
              "disabled after %llu overruns: instruction budget exceeded %llu times "
-             "(limit %llu instructions), time budget exceeded %llu times (limit %g ms "
-             "per frame), memory cap hit %llu times (limit %zu bytes)",
+             "(limit %llu instructions), time budget exceeded %llu times (limit %s), "
+             "memory cap hit %llu times (limit %zu bytes)",
              (unsigned long long)(m->budget_overruns + m->memory_overruns + m->time_overruns),
              (unsigned long long)m->budget_overruns, (unsigned long long)m->budget,
-             (unsigned long long)m->time_overruns, (double)m->time_limit / 1e6,
+             (unsigned long long)m->time_overruns, time_limit,
              (unsigned long long)m->memory_overruns, m->mem_limit);
     luna__mods_report(set, m->man.name, "%s", m->last_error);
     set->errors++;

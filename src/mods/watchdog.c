@@ -17,12 +17,21 @@
 ** the state (it writes the hook fields and flags the running frames); the
 ** watchdog makes it only while the target thread is the running thread of
 ** an open context, under the mutex that the loop thread takes to change
-** either, so the target cannot be collected meanwhile. The remaining race
-** is Lua's own: a write of the hook fields concurrent with the running
-** thread's reads of them, the same one lua.c accepts from its signal
-** handler (the worst outcome is a hook that fires one instruction late or
-** not at all, which the next arming a millisecond later makes up for). It
-** never arms over a hook that is not the budget's (a pending interrupt).
+** either, so the target cannot be collected meanwhile. What remains is a
+** race the mutex cannot cover, since the loop thread runs Lua without it:
+** - the hook fields are written while the running thread reads them (the
+**   worst outcome is a hook that fires an instruction late or not at all,
+**   which the next arming a millisecond later makes up for);
+** - lua_sethook flags the thread's call frames by walking them, while the
+**   running thread pushes and pops frames; lua.c's signal handler makes
+**   the same walk, but on the thread it interrupts, never concurrently. A
+**   frame freed under the walk (the collector shrinks a thread's frame list)
+**   would be written after it was freed. Delivering the arming as a signal
+**   to the loop thread, whose handler calls lua_sethook there as lua.c
+**   does, would close this; until then it is a known limit;
+** - the check that the hook is still the budget's (not a pending interrupt
+**   or a bare yield's) and the arming are two steps, so a hook the loop
+**   thread sets between them can be overwritten.
 **
 ** Cost on the loop thread: one uncontended mutex lock per context opened,
 ** closed, or per coroutine switch inside one; a condition signal only when
@@ -33,6 +42,7 @@
 */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -108,7 +118,15 @@ luna__watchdog *luna__watchdog_new(void) {
     goto fail_attr;
   }
   pthread_condattr_destroy(&ca);
-  if (pthread_create(&wd->thread, NULL, watch, wd) != 0) {
+  /* The thread takes no signal: SIGINT, SIGTERM or SIGQUIT sent to the
+     process must reach the loop's thread, where they cut its sleep short
+     and stop the Lua code that runs there. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int created = pthread_create(&wd->thread, NULL, watch, wd);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (created != 0) {
     pthread_cond_destroy(&wd->cv);
     goto fail_attr;
   }
