@@ -74,7 +74,12 @@ typedef struct luna_mods_config {
                                  the next frame, and one time overrun is
                                  counted for the frame. 0: 50 ms;
                                  negative: no time limit (and no watchdog
-                                 thread) */
+                                 thread). With a limit, the watchdog
+                                 thread stops a long C call's loop by
+                                 sending the loop thread SIGRTMIN + 5
+                                 (handler installed once per process):
+                                 the host must leave that signal alone
+                                 and unblocked on the loop thread */
   luna_time_fn clock;         /* the clock time_limit is measured on
                                  (monotonic ns); NULL: CLOCK_MONOTONIC.
                                  Called on the loop thread only; tests

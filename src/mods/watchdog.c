@@ -13,25 +13,22 @@
 ** millisecond until the context closes, since the hook re-arms itself on
 ** the loop thread and may overwrite the watchdog's count.
 **
-** lua_sethook is the one call Lua allows from outside the thread running
-** the state (it writes the hook fields and flags the running frames); the
-** watchdog makes it only while the target thread is the running thread of
-** an open context, under the mutex that the loop thread takes to change
-** either, so the target cannot be collected meanwhile. What remains is a
-** race the mutex cannot cover, since the loop thread runs Lua without it:
-** - the hook fields are written while the running thread reads them (the
-**   worst outcome is a hook that fires an instruction late or not at all,
-**   which the next arming a millisecond later makes up for);
-** - lua_sethook flags the thread's call frames by walking them, while the
-**   running thread pushes and pops frames; lua.c's signal handler makes
-**   the same walk, but on the thread it interrupts, never concurrently. A
-**   frame freed under the walk (the collector shrinks a thread's frame list)
-**   would be written after it was freed. Delivering the arming as a signal
-**   to the loop thread, whose handler calls lua_sethook there as lua.c
-**   does, would close this; until then it is a known limit;
-** - the check that the hook is still the budget's (not a pending interrupt
-**   or a bare yield's) and the arming are two steps, so a hook the loop
-**   thread sets between them can be overwritten.
+** lua_sethook may be called asynchronously only on the thread that runs
+** the state, as lua.c's signal handler does: from another thread its walk
+** over the running thread's call frames would race with the frames being
+** pushed, popped and freed. So the watchdog does not call it: it sends the
+** loop's thread a signal (LUNA__WATCHDOG_SIGNAL, a real-time signal), and
+** the handler, on that thread, arms the hook of the context's thread if
+** the budget's hook is still the one installed there (never over a
+** pending interrupt). The handler finds the watchdog through a
+** thread-local pointer that the loop thread sets while a context is open,
+** so a signal that arrives after the context closed, or for a watchdog
+** already freed, does nothing. The remaining race is lua.c's own: the
+** handler may interrupt the loop thread in the middle of a hook change of
+** its own (the worst outcome is a hook that fires an instruction late or
+** not at all, which the next signal a millisecond later makes up for).
+** A loop thread that blocks the signal gets no early stop: its mods are
+** then bounded by the count hook alone (every 1000 instructions).
 **
 ** Cost on the loop thread: one uncontended mutex lock per context opened,
 ** closed, or per coroutine switch inside one; a condition signal only when
@@ -43,10 +40,17 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "mods.h"
+
+/* The signal by which the watchdog asks the loop thread to arm a budget
+   hook: a real-time signal, which no default action of the process or of
+   Lua uses. The handler is installed once per process, when the first
+   watchdog starts. */
+#define LUNA__WATCHDOG_SIGNAL (SIGRTMIN + 5)
 
 /* How often an expired context's thread is armed again. */
 #define REARM_NS 1000000
@@ -60,7 +64,47 @@ struct luna__watchdog {
   luna_ns waiting_for;    /* else the time it sleeps until */
   lua_State *L;           /* the running thread of the open context, or NULL */
   luna_ns deadline;       /* of the open context, CLOCK_MONOTONIC ns */
+  pthread_t loop;         /* the thread that opened the context */
+  /* What the signal handler reads: L, also written on the loop thread (a
+     signal handler may read it at any instant, hence atomic). */
+  _Atomic(lua_State *) target;
 };
+
+/* The watchdog of the context open on this thread, for the handler (the
+   initial-exec model: reading it in a handler must not allocate). */
+static _Thread_local luna__watchdog *on_this_thread
+    __attribute__((tls_model("initial-exec")));
+
+/* On the loop thread, at the watchdog's signal: arms the budget hook of the
+   open context's thread, unless another hook (an interrupt, a bare yield's)
+   was set there meanwhile. */
+static void on_signal(int sig) {
+  luna__watchdog *wd = on_this_thread;
+  lua_State *L;
+  (void)sig;
+  if (wd == NULL || (L = atomic_load_explicit(&wd->target, memory_order_relaxed)) == NULL)
+    return;
+  if (lua_gethook(L) == luna__budget_hook)
+    lua_sethook(L, luna__budget_hook, LUA_MASKCOUNT, 1);
+}
+
+static pthread_once_t handler_once = PTHREAD_ONCE_INIT;
+static bool handler_ok;
+
+static void install_handler(void) {
+  struct sigaction sa;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sa.sa_handler = on_signal;
+  handler_ok = sigaction(LUNA__WATCHDOG_SIGNAL, &sa, NULL) == 0;
+}
+
+/* Sets what the handler reads (loop thread, under the mutex). */
+static void set_target(luna__watchdog *wd, lua_State *L) {
+  wd->L = L;
+  atomic_store_explicit(&wd->target, L, memory_order_relaxed);
+  on_this_thread = L != NULL ? wd : NULL;
+}
 
 static luna_ns now_ns(void) {
   struct timespec ts;
@@ -95,8 +139,7 @@ static void *watch(void *arg) {
       wd->idle = false;
       continue;
     }
-    if (lua_gethook(wd->L) == luna__budget_hook)
-      lua_sethook(wd->L, luna__budget_hook, LUA_MASKCOUNT, 1);
+    pthread_kill(wd->loop, LUNA__WATCHDOG_SIGNAL); /* on_signal arms it there */
     wait_until(wd, now + REARM_NS);
   }
   pthread_mutex_unlock(&wd->mu);
@@ -108,6 +151,10 @@ luna__watchdog *luna__watchdog_new(void) {
   pthread_condattr_t ca;
   if (wd == NULL)
     return NULL;
+  pthread_once(&handler_once, install_handler);
+  if (!handler_ok)
+    goto fail_mutex;
+  atomic_init(&wd->target, NULL);
   if (pthread_mutex_init(&wd->mu, NULL) != 0)
     goto fail_mutex;
   if (pthread_condattr_init(&ca) != 0)
@@ -146,6 +193,8 @@ void luna__watchdog_free(luna__watchdog *wd) {
   pthread_cond_signal(&wd->cv);
   pthread_mutex_unlock(&wd->mu);
   pthread_join(wd->thread, NULL);
+  if (on_this_thread == wd) /* a signal still pending finds nothing */
+    on_this_thread = NULL;
   pthread_cond_destroy(&wd->cv);
   pthread_mutex_destroy(&wd->mu);
   free(wd);
@@ -153,7 +202,8 @@ void luna__watchdog_free(luna__watchdog *wd) {
 
 void luna__watchdog_arm(luna__watchdog *wd, lua_State *L, luna_ns deadline) {
   pthread_mutex_lock(&wd->mu);
-  wd->L = L;
+  set_target(wd, L);
+  wd->loop = pthread_self();
   wd->deadline = deadline;
   /* One mod's contexts only move the deadline later (each begins with
      what the frame left it); another mod's may move it earlier. */
@@ -164,12 +214,12 @@ void luna__watchdog_arm(luna__watchdog *wd, lua_State *L, luna_ns deadline) {
 
 void luna__watchdog_thread(luna__watchdog *wd, lua_State *L) {
   pthread_mutex_lock(&wd->mu);
-  wd->L = L;
+  set_target(wd, L);
   pthread_mutex_unlock(&wd->mu);
 }
 
 void luna__watchdog_disarm(luna__watchdog *wd) {
   pthread_mutex_lock(&wd->mu);
-  wd->L = NULL;
+  set_target(wd, NULL);
   pthread_mutex_unlock(&wd->mu);
 }
