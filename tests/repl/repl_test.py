@@ -271,7 +271,9 @@ def hang_up(ignore_sighup, line=None):
         if line is not None:
             os.write(fd, (line + "\r").encode())
             start = len(seen)
-            while not seen[start:].rstrip().endswith(b">") and time.time() < deadline:
+            # The prompt at the start of a line: the echo of the typed line
+            # arrives in pieces, and one may end in a ">" of its own.
+            while not seen[start:].rstrip().endswith(b"\n>") and time.time() < deadline:
                 seen += os.read(fd, 4096)
         os.close(fd)  # hang up
         deadline = time.time() + 5
