@@ -180,7 +180,6 @@ bool luna__quit_requested(void);
 /* Writes "lunaloop: tasks at frame N (<why>):" ("...frame N:" when why is
    NULL) and then one line per live task of L (what it waits on, and
    where: luna_lua_write_tasks), or "no tasks", to out. */
-struct lua_State;
 void luna__report_tasks(struct lua_State *L, FILE *out, const char *why);
 
 /* ---- trace.c: --trace FILE, a Chrome trace event file ---------------------- */

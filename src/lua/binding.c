@@ -264,7 +264,6 @@ void luna__guard_set_report(lua_State *L, luna__guard_report_fn fn, void *ud) {
 }
 
 /* task.on_error(fn | nil) -> previous handler (nil for the default). */
-int luna__set_handler(lua_State *L);
 int luna__set_handler(lua_State *L) {
   if (!lua_isnoneornil(L, 1))
     luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -519,8 +518,6 @@ static int guarded_wrapped(lua_State *L) {
   }
   return lua_error(L);
 }
-
-int luna__l_cancel(lua_State *L);
 
 /* coroutine.close(co) -> true | false, err: for a dead or suspended one;
    "cannot close a running/normal coroutine" otherwise, as the base

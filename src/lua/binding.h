@@ -333,6 +333,8 @@ static inline bool luna__held(luna__binding *b) {
 }
 
 /* ---- binding.c ---------------------------------------------------------- */
+/* task.on_error(fn | nil) -> previous handler (nil for the default). */
+int luna__set_handler(lua_State *L);
 /* The binding of L; raises a Lua error when there is none or its loop was freed. */
 luna__binding *luna__check_binding(lua_State *L);
 /* The binding of L or NULL, never raises. */
@@ -542,7 +544,9 @@ void luna__timer_cb(luna_loop *loop, void *arg);
 /* Prefetches the lua_State of the task `arg` (luna__loop_set_warm). */
 void luna__warm_task(void *arg);
 
-/* ---- taskobj.c: failures handled later (t:handled()) ------------------------ */
+/* ---- taskobj.c: the Task's methods, failures handled later (t:handled()) -- */
+/* t:cancel(), task.cancel(t) (taskobj.c says what it does). */
+int luna__l_cancel(lua_State *L);
 /* The task at task_idx, which just failed with nobody awaiting it, was
    marked by t:handled(): its failure is held (and true returned) instead
    of reported. */

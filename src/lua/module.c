@@ -11,9 +11,6 @@
 
 static const char module_key = 'm';
 
-int luna__set_handler(lua_State *L);
-int luna__l_cancel(lua_State *L);
-
 /* Runs `call` with exec_L set to L when no task is being resumed, so that
    callbacks and reports run on the thread that called into the binding. */
 #define WITH_EXEC(b, L, call)                                                  \

@@ -43,7 +43,6 @@ static int l_traceback(lua_State *L) {
    except when called while another cancellation unwinds (then it is
    finished before the outermost cancel returns). Cancelling the running task
    unwinds it at once. Settled tasks are left alone. */
-int luna__l_cancel(lua_State *L);
 int luna__l_cancel(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
   luna__binding *b = luna__check_binding(L);

@@ -57,15 +57,13 @@
 #include "binding.h"
 #include "mods.h"
 
-#define budget_hook luna__budget_hook
-
 /* Arms the budget hook on `co` to fire after `count` instructions, unless a
    foreign hook is pending there. Resets the thread's count. */
 static void set_count(lua_State *co, int count) {
   lua_Hook h = lua_gethook(co);
-  if (h != NULL && h != budget_hook)
+  if (h != NULL && h != luna__budget_hook)
     return;
-  lua_sethook(co, budget_hook, LUA_MASKCOUNT, count);
+  lua_sethook(co, luna__budget_hook, LUA_MASKCOUNT, count);
 }
 
 /* Pushes "<source>:<line>: " of the Lua code running at `level` (0 from a
@@ -159,7 +157,7 @@ static void stop(lua_State *L, luna__mod *m, bool time, int level) {
     hold(m);
   else
     luna__mod_overrun(m, LUNA__OVERRUN_BUDGET);
-  lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
+  lua_sethook(L, luna__budget_hook, LUA_MASKCOUNT, 1);
   if (m->ctx_thread != NULL && m->ctx_thread != L)
     set_count(m->ctx_thread, 1);
   raise_exceeded(L, m, time, level);
@@ -180,7 +178,7 @@ void luna__budget_charge(lua_State *L, luna__mod *m, uint64_t n) {
     set_count(L, 1);
 }
 
-void budget_hook(lua_State *L, lua_Debug *ar) {
+void luna__budget_hook(lua_State *L, lua_Debug *ar) {
   luna__mod *m = luna__mod_of(L);
   int count = lua_gethookcount(L);
   uint64_t left;
@@ -188,7 +186,7 @@ void budget_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   if (m->exceeded) {
     if (count != 1)
-      lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
+      lua_sethook(L, luna__budget_hook, LUA_MASKCOUNT, 1);
     raise_exceeded(L, m, false, 0);
   }
   m->used += (uint64_t)count;
@@ -199,7 +197,7 @@ void budget_hook(lua_State *L, lua_Debug *ar) {
   left = m->budget - m->used;
   want = left < (uint64_t)m->step ? (int)left : m->step;
   if (want != count)
-    lua_sethook(L, budget_hook, LUA_MASKCOUNT, want);
+    lua_sethook(L, luna__budget_hook, LUA_MASKCOUNT, want);
 }
 
 void luna__budget_hook_thread(luna__mod *m, lua_State *co) {

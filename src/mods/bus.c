@@ -502,10 +502,8 @@ typedef struct deliver_ctx {
 } deliver_ctx;
 
 /* True when the delivery must stop here and go on at the next frame: the
-   frame's steps are spent. (A per-mod limit of the frame, such as a time
-   budget, belongs here too: the place is kept the same way.) */
-static bool must_pause(const deliver_ctx *c, const luna__mod *m) {
-  (void)m;
+   frame's steps are spent. */
+static bool must_pause(const deliver_ctx *c) {
   return *c->steps >= LUNA__BUS_STEPS;
 }
 
@@ -537,7 +535,7 @@ static int deliver_one(lua_State *L) {
     return 0;
   while (i < n) {
     int st, base;
-    if (must_pause(c, m)) {
+    if (must_pause(c)) {
       lua_pushvalue(L, 1);
       lua_rawsetp(L, LUA_REGISTRYINDEX, &paused_key);
       c->paused = true;
