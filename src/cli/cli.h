@@ -181,6 +181,9 @@ bool luna__quit_requested(void);
    NULL) and then one line per live task of L (what it waits on, and
    where: luna_lua_write_tasks), or "no tasks", to out. */
 void luna__report_tasks(struct lua_State *L, FILE *out, const char *why);
+/* One line per live task of L after `indent`, or "no tasks" (the list of
+   luna__report_tasks; `mods` writes one per mod). */
+void luna__write_task_list(struct lua_State *L, FILE *out, const char *indent);
 
 /* ---- trace.c: --trace FILE, a Chrome trace event file ---------------------- */
 

@@ -138,8 +138,7 @@ static void report_mods(luna_mods *set, luna_loop *loop) {
     if (luna_mods_get_info(set, i, &info) != 0 || (L = luna_mods_state(set, info.name)) == NULL)
       continue;
     fprintf(stderr, "  mod %s:\n", info.name);
-    if (luna_lua_write_tasks(L, stderr, "    ") == 0)
-      fputs("    no tasks\n", stderr);
+    luna__write_task_list(L, stderr, "    ");
   }
   fflush(stderr);
 }

@@ -109,7 +109,11 @@ void luna__report_tasks(lua_State *L, FILE *out, const char *why) {
   fprintf(out, LUNA_PROGNAME ": tasks at frame %llu%s%s%s:\n",
           (unsigned long long)(loop != NULL ? luna_loop_frame_count(loop) : 0),
           why != NULL ? " (" : "", why != NULL ? why : "", why != NULL ? ")" : "");
-  if (luna_lua_write_tasks(L, out, "  ") == 0)
-    fputs("  no tasks\n", out);
+  luna__write_task_list(L, out, "  ");
   fflush(out);
+}
+
+void luna__write_task_list(lua_State *L, FILE *out, const char *indent) {
+  if (luna_lua_write_tasks(L, out, indent) == 0)
+    fprintf(out, "%sno tasks\n", indent);
 }

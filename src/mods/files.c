@@ -35,6 +35,8 @@
 #define O_CLOEXEC 0
 #endif
 
+#define OUT_OR_NOTHING "it leads out of the mod's folder or to nothing"
+
 /* Sets *why to a static reason and errno to e; returns -1. */
 static int refuse(const char **why, const char *reason, int e) {
   *why = reason;
@@ -51,14 +53,16 @@ static int open_in_folder(const char *dir, const char *rel, const char **why) {
   int fd;
   if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, rel) >= sizeof full)
     return refuse(why, "path too long", ENAMETOOLONG);
+  /* A link out of the folder and a link to nothing get the same answer, so
+     that a mod cannot tell from it whether a path outside exists. */
   if (realpath(full, real) == NULL) {
     int e = errno;
     if (e == ENOENT && lstat(full, &st) == 0)
-      return refuse(why, "a symbolic link to nothing", EINVAL);
+      return refuse(why, OUT_OR_NOTHING, EACCES);
     return refuse(why, strerror(e), e);
   }
   if (strncmp(real, dir, dirlen) != 0 || real[dirlen] != '/')
-    return refuse(why, "it leads out of the mod's folder", EACCES);
+    return refuse(why, OUT_OR_NOTHING, EACCES);
   fd = open(real, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
   if (fd < 0)
     return refuse(why, strerror(errno), errno);

@@ -151,14 +151,15 @@ static int l_dofile(lua_State *L) {
   return dofile_cont(L, 0, 0);
 }
 
-/* True when dir/rel names something (stat only: opening a FIFO could
-   block; luna__sandbox_loadfile then checks what it is). */
+/* True when dir/rel names something (lstat only: opening a FIFO could
+   block, and following a link would tell whether a file outside the
+   folder exists; luna__sandbox_loadfile then checks what it is). */
 static bool file_exists(const luna__mod *m, const char *rel) {
   char full[PATH_MAX];
   struct stat st;
   if ((size_t)snprintf(full, sizeof full, "%s/%s", m->dir, rel) >= sizeof full)
     return false;
-  return stat(full, &st) == 0;
+  return lstat(full, &st) == 0;
 }
 
 /* require(name): preloaded modules (lunaloop, mods and the whitelisted

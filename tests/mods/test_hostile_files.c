@@ -68,10 +68,37 @@ static void manifest_symlink_out_of_the_folder_is_refused(void **state) {
   assert_int_equal(luna_mods_find(f->set, "stolen"), LUNA_ENOENT);
   assert_int_equal(fx_info(f, "m").state, LUNA_MOD_FAILED);
   assert_int_equal(fx_info(f, "s").state, LUNA_MOD_FAILED);
-  assert_has(f->rep, "m: not loaded: cannot read manifest.lua: it leads out of the mod's folder\n");
-  assert_has(f->rep, "s: not loaded: cannot read manifest.lua: it leads out of the mod's folder\n");
+  assert_has(f->rep, "m: not loaded: cannot read manifest.lua: it leads out of the mod's folder or to nothing\n");
+  assert_has(f->rep, "s: not loaded: cannot read manifest.lua: it leads out of the mod's folder or to nothing\n");
   assert_lacks(f->rep, "hunter2");
   assert_string_equal(f->out, "[inside] inside runs\n");
+  fx_free(f);
+}
+
+/* require checked whether a module's file exists with stat, which follows
+   links: a link in the folder to an outside path gave "module not found"
+   when nothing was there and "leads out" when a file was (and the reader
+   itself said "a symbolic link to nothing"), so a mod could probe the
+   host's file system. Both are now the same refusal. */
+static void require_does_not_tell_whether_an_outside_file_exists(void **state) {
+  fixture *f = fx_new(NULL);
+  char outside[512];
+  (void)state;
+  fx_write(f, "outside/there.lua", "return 1");
+  fx_mkdir(f, "p");
+  snprintf(outside, sizeof outside, "%s/outside/there.lua", f->dir);
+  fx_symlink(f, outside, "p/there.lua");
+  snprintf(outside, sizeof outside, "%s/outside/missing.lua", f->dir);
+  fx_symlink(f, outside, "p/missing.lua");
+  fx_write(f, "p/mod.lua",
+           "local _, a = pcall(require, 'there')\n"
+           "local _, b = pcall(require, 'missing')\n"
+           "print((a:gsub('there', 'X')) == (b:gsub('missing', 'X')), a)");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  luna_loop_frame_ns(f->loop, 1000000);
+  assert_has(f->out, "[p] true\trequire: cannot read 'there.lua': it leads out of the mod's "
+                    "folder or to nothing\n");
+  assert_lacks(f->out, "not found");
   fx_free(f);
 }
 
@@ -100,8 +127,8 @@ static void fifo_or_device_files_do_not_block_the_host(void **state) {
   assert_has(f->rep, "a: not loaded: cannot read manifest.lua: not a regular file\n");
   assert_has(f->rep, "b: failed to load: mod.lua: cannot read 'mod.lua': not a regular file");
   assert_has(f->out, "[c] false\trequire: cannot read 'm.lua': not a regular file\n");
-  assert_has(f->rep, "d: not loaded: cannot read manifest.lua: it leads out of the mod's folder\n");
-  assert_has(f->out, "[e] false\tdofile: cannot read 'zero.lua': it leads out of the mod's folder\n");
+  assert_has(f->rep, "d: not loaded: cannot read manifest.lua: it leads out of the mod's folder or to nothing\n");
+  assert_has(f->out, "[e] false\tdofile: cannot read 'zero.lua': it leads out of the mod's folder or to nothing\n");
   assert_int_equal(fx_info(f, "c").state, LUNA_MOD_LOADED);
   fx_free(f);
 }
@@ -261,6 +288,7 @@ static void control_characters_are_escaped_in_reports_and_print(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(manifest_symlink_out_of_the_folder_is_refused),
+      cmocka_unit_test(require_does_not_tell_whether_an_outside_file_exists),
       cmocka_unit_test(fifo_or_device_files_do_not_block_the_host),
       cmocka_unit_test(symlink_loop_folder_is_walked_once_and_bounds_are_reported),
       cmocka_unit_test(duplicate_names_are_refused_for_every_claimant),
