@@ -89,8 +89,10 @@ install(TARGETS lunaloop_static lunaloop_shared EXPORT lunaloopTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# lunaloop/extension.h is the core's interface for the layers built with it
+# into this library (not an API for hosts), so it is not installed.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  COMPONENT dev FILES_MATCHING PATTERN "*.h")
+  COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "extension.h" EXCLUDE)
 install(FILES ${CMAKE_BINARY_DIR}/include/lunaloop/version.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lunaloop COMPONENT dev)
 if(TARGET lunaloop)

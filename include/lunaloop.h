@@ -11,5 +11,6 @@
 #include "lunaloop/error.h"
 #include "lunaloop/timing.h"
 #include "lunaloop/loop.h"
+#include "lunaloop/driver.h"
 
 #endif

@@ -142,11 +142,6 @@ typedef struct luna_pacer {
 /* Starts pacing now with the given period in ns. */
 void luna__pacer_start(luna_pacer *p, luna_ns period);
 
-/* Sleeps until the next frame is due and returns the measured dt in ns since
-   the previous frame. Returns -1 when a signal interrupted the sleep (the
-   deadline is kept; call again to go on waiting). */
-luna_ns luna__pacer_wait(luna_pacer *p);
-
 /* For loops that wait on something else too (the REPL polls its input):
    ns until the next frame is due (<= 0: due now), and, once it is due,
    luna__pacer_tick marks the frame begun now and returns its measured dt. */

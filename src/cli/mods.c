@@ -120,10 +120,6 @@ static int parse_options(int argc, char **argv, mods_options *o) {
   return -1;
 }
 
-static luna_ns virtual_realtime(void *ud) {
-  return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
-}
-
 /* Writes what every loaded mod's tasks wait on (SIGQUIT), mod by mod. A
    mod with no pending work is normal here (it may wait for the bus, a
    reload, another mod), so `mods` has no stuck-run check. */
@@ -145,28 +141,24 @@ static void report_mods(luna_mods *set, luna_loop *loop) {
 
 /* Drives frames until nothing is alive, --frames, or a stop signal. */
 static bool drive(luna_mods *set, luna_loop *loop, const luna_run_options *o) {
-  luna_pacer pacer;
-  uint64_t frames = 0;
-  if (!o->fast)
-    luna__pacer_start(&pacer, o->frame_dt_ns);
+  luna_driver driver;
+  luna_driver_init(&driver, loop, o->frame_dt_ns, o->fast ? LUNA_DRIVE_FAST : LUNA_DRIVE_REAL);
   for (;;) {
-    luna_ns dt = o->frame_dt_ns;
     int rc;
     if (luna__interrupted() || !luna_mods_alive(set))
       return true;
     if (luna__quit_requested())
       report_mods(set, loop);
-    if (o->has_frames && frames >= o->frames)
+    if (o->has_frames && driver.frames >= o->frames)
       return true;
-    if (!o->fast && (dt = luna__pacer_wait(&pacer)) < 0)
+    if (!luna_driver_wait(&driver))
       continue;
-    rc = luna_loop_frame_ns(loop, dt);
+    rc = luna_driver_frame(&driver);
     if (rc < 0 && rc != LUNA_ESTOPPED) {
       fprintf(stderr, LUNA_PROGNAME ": frame %llu failed: %s\n",
               (unsigned long long)luna_loop_frame_count(loop), luna_strerror(rc));
       return false;
     }
-    frames++;
   }
 }
 
@@ -223,7 +215,7 @@ int luna__cli_mods(int argc, char **argv, int first) {
   }
   luna_loop_set_time_scale(loop, o.run.time_scale);
   if (o.run.fast)
-    luna_loop_set_realtime_source(loop, virtual_realtime, loop);
+    luna_loop_use_virtual_realtime(loop);
   if ((rc = luna_mods_new(loop, &o.mods, &set)) < 0) {
     fprintf(stderr, LUNA_PROGNAME ": cannot create the mod set: %s\n", luna_strerror(rc));
     luna_loop_free(loop);

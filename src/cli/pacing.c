@@ -1,10 +1,9 @@
 /*
-** pacing.c: real-time frame pacing for `lunaloop run` without --fast. Frames
-** are due on a fixed grid of CLOCK_MONOTONIC (start + k * period) and the
-** loop sleeps to each deadline with clock_nanosleep(TIMER_ABSTIME), so sleep
-** overshoot does not accumulate as drift; dt is what was measured.
+** pacing.c: the REPL's real-time frame pacing (run and mods use the core's
+** luna_driver, lunaloop/driver.h, which paces the same way). Frames are due
+** on a fixed grid of CLOCK_MONOTONIC (start + k * period); dt is what was
+** measured.
 */
-#include <errno.h>
 #include <time.h>
 
 #include "cli.h"
@@ -19,18 +18,6 @@ void luna__pacer_start(luna_pacer *p, luna_ns period) {
   p->period = period;
   p->last = monotonic_now();
   p->next = p->last + period;
-}
-
-luna_ns luna__pacer_wait(luna_pacer *p) {
-  struct timespec due = {
-    .tv_sec = (time_t)(p->next / LUNA_NS_PER_SECOND),
-    .tv_nsec = (long)(p->next % LUNA_NS_PER_SECOND),
-  };
-  /* clock_nanosleep returns the error instead of setting errno. A deadline
-     already past returns at once. */
-  if (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL) == EINTR)
-    return -1;
-  return luna__pacer_tick(p);
 }
 
 luna_ns luna__pacer_remaining(const luna_pacer *p) {

@@ -1228,11 +1228,6 @@ static void main_loop(void) {
   }
 }
 
-/* The realtime source under --fast: the unscaled clock (see run.c). */
-static luna_ns virtual_realtime(void *ud) {
-  return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
-}
-
 int luna__cli_repl(int argc, char **argv, int first) {
   int status = luna__repl_parse_options(argc - first, argv + first, &R.opts);
   if (status >= 0)
@@ -1250,7 +1245,7 @@ int luna__cli_repl(int argc, char **argv, int first) {
   }
   luna_loop_set_time_scale(R.loop, R.opts.time_scale);
   if (R.opts.fast)
-    luna_loop_set_realtime_source(R.loop, virtual_realtime, R.loop);
+    luna_loop_use_virtual_realtime(R.loop);
   R.L = luaL_newstate();
   if (R.L != NULL) {
     luaL_openlibs(R.L); /* before attaching: the module's Lua code uses them */

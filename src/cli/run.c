@@ -24,12 +24,6 @@
 #include "cli.h"
 #include "lunaloop_lua.h"
 
-/* The realtime source under --fast: the realtime clock advances with the
-   unscaled dt instead of the wall clock, so two runs see the same times. */
-static luna_ns virtual_realtime(void *ud) {
-  return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
-}
-
 /* Why the frame loop ended. */
 typedef enum stop_reason {
   STOP_FINISHED,  /* nothing alive, task.exit, or --frames reached */
@@ -49,10 +43,8 @@ static bool anything_alive(lua_State *L) {
    runs no frame at all. */
 static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *o,
                          luna_trace *trace) {
-  luna_pacer pacer;
-  uint64_t frames = 0;
-  if (!o->fast)
-    luna__pacer_start(&pacer, o->frame_dt_ns);
+  luna_driver driver;
+  luna_driver_init(&driver, loop, o->frame_dt_ns, o->fast ? LUNA_DRIVE_FAST : LUNA_DRIVE_REAL);
   for (;;) {
     if (luna__interrupted())
       return STOP_INTERRUPTED;
@@ -64,16 +56,15 @@ static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *
       luna_lua_report_stuck(L, stderr);
       return STOP_STUCK;
     }
-    if (o->has_frames && frames >= o->frames)
+    if (o->has_frames && driver.frames >= o->frames)
       return STOP_FINISHED;
-    luna_ns dt = o->frame_dt_ns;
-    if (!o->fast && (dt = luna__pacer_wait(&pacer)) < 0)
+    if (!luna_driver_wait(&driver))
       continue; /* a signal cut the sleep short: check again */
     if (trace != NULL)
       luna__trace_frame(trace, luna_loop_frame_count(loop) + 1, luna_lua_task_count(L));
     /* LUNA_ESTOPPED means task.exit stopped the frame: the checks above see
        the request. */
-    int rc = luna_loop_frame_ns(loop, dt);
+    int rc = luna_driver_frame(&driver);
     /* An interrupt raised in this frame has unwound what it hit; the
        cancellations that follow must run their cleanup normally. */
     luna_lua_interrupt_clear();
@@ -82,7 +73,6 @@ static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *
               (unsigned long long)luna_loop_frame_count(loop), luna_strerror(rc));
       return STOP_FAILED;
     }
-    frames++;
   }
 }
 
@@ -156,7 +146,7 @@ int luna__cli_run(int argc, char **argv, int first) {
   }
   luna_loop_set_time_scale(loop, o.time_scale); /* checked by the parser */
   if (o.fast)
-    luna_loop_set_realtime_source(loop, virtual_realtime, loop);
+    luna_loop_use_virtual_realtime(loop);
 
   lua_State *L = luaL_newstate();
   if (L == NULL) {

@@ -10,7 +10,7 @@
 /* True while the loop is calling out: a timing's callbacks, a host hook or a
    listener. The drivers (frame, begin_frame, run, reset, free) refuse then. */
 static bool busy(const luna_loop *loop) {
-  return loop->current >= 0 || loop->in_frame || loop->in_listener || loop->held > 0;
+  return loop->v.current >= 0 || loop->in_frame || loop->in_listener || loop->v.held > 0;
 }
 
 
@@ -51,10 +51,10 @@ int luna_loop_new(const luna_config *config, luna_loop **out) {
   loop->hook = config->hook;
   loop->hook_ud = config->hook_ud;
   loop->time_scale = 1.0;
-  loop->fixed_dt = config->fixed_dt_ns ? config->fixed_dt_ns : LUNA__DEFAULT_FIXED_DT;
+  loop->v.fixed_dt = config->fixed_dt_ns ? config->fixed_dt_ns : LUNA__DEFAULT_FIXED_DT;
   loop->max_fixed_steps =
       config->max_fixed_steps ? config->max_fixed_steps : LUNA__DEFAULT_MAX_FIXED_STEPS;
-  loop->current = -1;
+  loop->v.current = -1;
   *out = loop;
   return 0;
 }
@@ -148,7 +148,7 @@ int luna_loop_remove_listener(luna_loop *loop, luna_listener_fn fn, void *ud) {
    source is read at most once per run, and only if a realtime timer waits. */
 static bool fire_timers(luna_loop *loop, int timing, uint64_t start_seq) {
   luna_ns now[LUNA_TIMER_KIND_COUNT];
-  now[LUNA_TIMER_FRAME] = (luna_ns)loop->frame;
+  now[LUNA_TIMER_FRAME] = (luna_ns)loop->v.frame;
   now[LUNA_TIMER_SCALED] = loop->clocks.scaled;
   now[LUNA_TIMER_UNSCALED] = loop->clocks.unscaled;
   now[LUNA_TIMER_REALTIME] =
@@ -171,13 +171,13 @@ static int run_timing(luna_loop *loop, int timing) {
   bool stopped;
 
   if (timing == LUNA_FIXED_UPDATE) {
-    loop->clocks.fixed = luna_ns_add(loop->clocks.fixed, loop->fixed_dt);
+    loop->clocks.fixed = luna_ns_add(loop->clocks.fixed, loop->v.fixed_dt);
     if (loop->fixed_steps_due > 0)
       loop->fixed_steps_due--;
-    loop->in_fixed_step = true;
+    loop->v.in_fixed_step = true;
     loop->fixed_steps_run++;
   }
-  loop->current = timing;
+  loop->v.current = timing;
   loop->runner.active = timing;
 
   /* Most runs of most timings have nothing to do (16 or more runs a frame,
@@ -194,9 +194,9 @@ static int run_timing(luna_loop *loop, int timing) {
   loop->runner.active = -1;
   if (luna__runner_has_work(&loop->runner, timing))
     luna__runner_finish(&loop->runner, timing);
-  loop->current = -1;
+  loop->v.current = -1;
   if (timing == LUNA_LAST_FIXED_UPDATE)
-    loop->in_fixed_step = false;
+    loop->v.in_fixed_step = false;
   loop->runs[timing]++;
   if (profiling)
     loop->spent[timing] += loop->runner.cost_fn(loop->runner.cost_ud) - began;
@@ -235,23 +235,23 @@ int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt) {
   scaled = luna__scale_ns(dt, loop->time_scale);
   if (scaled > LUNA_CLOCK_MAX - loop->clocks.scaled)
     return LUNA_ERANGE;
-  loop->frame++;
+  loop->v.frame++;
   loop->unscaled_delta = dt;
-  loop->delta = scaled;
+  loop->v.delta = scaled;
   loop->clocks.unscaled = luna_ns_add(loop->clocks.unscaled, dt);
   loop->clocks.scaled = luna_ns_add(loop->clocks.scaled, scaled);
-  loop->in_fixed_step = false;
+  loop->v.in_fixed_step = false;
 
   /* Fixed steps: all arithmetic in integer ns, so 1/60 s steps of a 0.05 s
      frame are 2 in the first frame (50,000,000 < 3 * 16,666,667) and then 3
      as the remainder builds up, exactly and repeatably. */
   loop->accumulator = luna_ns_add(loop->accumulator, scaled);
-  steps = loop->accumulator / loop->fixed_dt;
-  loop->accumulator -= steps * loop->fixed_dt;
+  steps = loop->accumulator / loop->v.fixed_dt;
+  loop->accumulator -= steps * loop->v.fixed_dt;
   if (steps > loop->max_fixed_steps) {
     luna_ns dropped = steps - loop->max_fixed_steps;
     loop->dropped_fixed_steps += (uint64_t)dropped;
-    loop->dropped_fixed_ns = luna_ns_add(loop->dropped_fixed_ns, dropped * loop->fixed_dt);
+    loop->dropped_fixed_ns = luna_ns_add(loop->dropped_fixed_ns, dropped * loop->v.fixed_dt);
     steps = loop->max_fixed_steps;
   }
   loop->fixed_steps_due = (int)steps;
@@ -304,7 +304,7 @@ int luna_loop_run(luna_loop *loop, luna_timing timing) {
 }
 
 void luna_loop_stop(luna_loop *loop) {
-  if (loop != NULL && (loop->current >= 0 || loop->in_frame))
+  if (loop != NULL && (loop->v.current >= 0 || loop->in_frame))
     loop->stop = true;
 }
 
@@ -314,7 +314,7 @@ int luna_loop_fixed_steps(const luna_loop *loop) {
 
 /* ---- clocks ---------------------------------------------------------------- */
 
-uint64_t luna_loop_frame_count(const luna_loop *loop) { return loop != NULL ? loop->frame : 0; }
+uint64_t luna_loop_frame_count(const luna_loop *loop) { return loop != NULL ? loop->v.frame : 0; }
 
 luna_ns luna_loop_time(luna_loop *loop, luna_clock clock) {
   if (loop == NULL)
@@ -336,7 +336,7 @@ luna_ns luna_loop_time(luna_loop *loop, luna_clock clock) {
 luna_ns luna_loop_delta(const luna_loop *loop) {
   if (loop == NULL)
     return 0;
-  return loop->in_fixed_step ? loop->fixed_dt : loop->delta;
+  return loop->v.in_fixed_step ? loop->v.fixed_dt : loop->v.delta;
 }
 
 luna_ns luna_loop_unscaled_delta(const luna_loop *loop) {
@@ -355,11 +355,11 @@ double luna_loop_time_scale(const luna_loop *loop) { return loop != NULL ? loop-
 int luna_loop_set_fixed_dt(luna_loop *loop, luna_ns fixed_dt) {
   if (loop == NULL || fixed_dt <= 0)
     return LUNA_EINVAL;
-  loop->fixed_dt = fixed_dt;
+  loop->v.fixed_dt = fixed_dt;
   return 0;
 }
 
-luna_ns luna_loop_fixed_dt(const luna_loop *loop) { return loop != NULL ? loop->fixed_dt : 0; }
+luna_ns luna_loop_fixed_dt(const luna_loop *loop) { return loop != NULL ? loop->v.fixed_dt : 0; }
 
 int luna_loop_set_realtime_source(luna_loop *loop, luna_time_fn fn, void *ud) {
   if (loop == NULL)
@@ -368,7 +368,7 @@ int luna_loop_set_realtime_source(luna_loop *loop, luna_time_fn fn, void *ud) {
   return 0;
 }
 
-int luna_loop_current_timing(const luna_loop *loop) { return loop != NULL ? loop->current : -1; }
+int luna_loop_current_timing(const luna_loop *loop) { return loop != NULL ? loop->v.current : -1; }
 
 void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out) {
   int t;
@@ -377,7 +377,7 @@ void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out) {
   memset(out, 0, sizeof *out);
   if (loop == NULL)
     return;
-  out->frames = loop->frame;
+  out->frames = loop->v.frame;
   out->fixed_steps = loop->fixed_steps_run;
   out->dropped_fixed_steps = loop->dropped_fixed_steps;
   out->dropped_fixed_ns = loop->dropped_fixed_ns;
@@ -499,4 +499,25 @@ int luna_loop_set_cost_source(luna_loop *loop, luna_time_fn fn, void *ud) {
     return LUNA_EINVAL;
   luna__runner_set_cost_source(&loop->runner, fn, ud);
   return 0;
+}
+
+/* ---- the interface of the layers above (lunaloop/extension.h) ------------- */
+
+int luna__loop_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg) {
+  return luna__queue_push(&loop->queues[timing], &loop->alloc, fn, arg, false);
+}
+
+int luna__loop_add_timer(luna_loop *loop, luna_timing timing, luna_timer_kind kind,
+                         int64_t deadline, luna_fn fn, void *arg, luna_timer_id *out) {
+  return luna__timers_add(&loop->timers, &loop->alloc, (int)timing, kind, deadline, fn, arg,
+                          out);
+}
+
+void luna__loop_set_warm(luna_loop *loop, luna_fn fn, void (*warm)(void *arg)) {
+  loop->warm.fn = warm != NULL ? fn : NULL;
+  loop->warm.warm = warm;
+}
+
+void luna__loop_set_batch(luna_loop *loop, luna_step_fn step, luna__batch_fn fn) {
+  luna__runner_set_batch(&loop->runner, step, fn);
 }

@@ -1,8 +1,8 @@
 /*
 ** loop_internal.h: the loop's private state, shared by the core's modules.
-** Not installed. Outside src/core only unit tests and the Lua binding's hot
-** paths include it (the binding reads a few fields and queues continuations
-** without the public functions' argument checks); it never includes Lua.
+** Not installed; outside src/core only the core's unit tests include it.
+** The layers above the core use lunaloop/extension.h instead, whose view
+** (luna__loop_view) is the first member of the struct here.
 */
 #ifndef LUNA_LOOP_INTERNAL_H
 #define LUNA_LOOP_INTERNAL_H
@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "inbox.h"
 #include "lunaloop/error.h"
+#include "lunaloop/extension.h"
 #include "lunaloop/loop.h"
 #include "queue.h"
 #include "runner.h"
@@ -28,6 +29,9 @@ typedef struct luna__listener {
 } luna__listener;
 
 struct luna_loop {
+  /* First, so that luna__loop_view_of is a conversion: frame, delta,
+     fixed_dt, current, held, in_fixed_step (see extension.h). */
+  luna__loop_view v;
   luna__alloc alloc;
   luna__clocks clocks;
   luna__queue queues[LUNA_TIMING_COUNT];
@@ -42,21 +46,15 @@ struct luna_loop {
   void *hook_ud;
 
   /* Frame and time. */
-  uint64_t frame;          /* frames begun */
   double time_scale;       /* read at each begin_frame */
-  luna_ns delta;           /* scaled delta of the current frame */
   luna_ns unscaled_delta;  /* unscaled delta of the current frame */
-  luna_ns fixed_dt;        /* > 0 */
   luna_ns accumulator;     /* scaled time not yet consumed by fixed steps */
   int max_fixed_steps;     /* > 0 */
   int fixed_steps_due;     /* steps left in this frame */
-  bool in_fixed_step;      /* from a FixedUpdate run to its LastFixedUpdate */
 
   /* Reentrancy: which driver or callback is on the stack. */
-  int current;             /* timing running now, or -1 */
   bool in_frame;           /* inside luna_loop_frame (hooks included) */
   bool in_listener;        /* dispatching reset/free to listeners */
-  int held;          /* luna__loop_hold: a client runs code that must not drive frames */
   bool stop;               /* luna_loop_stop was called during a run */
 
   /* Statistics (see luna_loop_stats). */
@@ -77,52 +75,10 @@ struct luna_loop {
   } warm;
 };
 
-/* Prefetches the memory at p for reading: a hint, never a fault, whatever
-   p is. The queue and the timers give it the argument of the callback after
-   the one they are about to call: a continuation's argument (a Lua task) is
-   usually cold, and waiting for it dominated a resume (W1, W2_steady of the
-   benchmark suite). */
-#if defined(__GNUC__) || defined(__clang__)
-#define LUNA__PREFETCH(p) __builtin_prefetch((p), 0, 3)
-#else
-#define LUNA__PREFETCH(p) ((void)(p))
-#endif
-
-/* Warming ahead of a timer's call. Firing timers prefetches the argument
-   of the timer after the next one (see LUNA__PREFETCH); a client whose
-   timer callback `fn` takes an argument that points at more cold memory (a
-   Lua task and its coroutine) names it here, and `warm` is called with the
-   argument of the next timer with that fn just before the call before it,
-   when the argument is in cache, to prefetch what it points to. Timers
-   fire in deadline order, which for sleeping tasks is a random walk over
-   memory; continuations run in the order they were queued, mostly the
-   order the tasks were made in, which the hardware prefetcher follows
-   (warming them was measured too, and only added its call). warm must only
-   prefetch. One client per loop; fn NULL turns it off. Loop thread only. */
-static inline void luna__loop_set_warm(luna_loop *loop, luna_fn fn, void (*warm)(void *arg)) {
-  loop->warm.fn = warm != NULL ? fn : NULL;
-  loop->warm.warm = warm;
-}
-
 /* True once luna_loop_stop was called in the current run: the modules check
    it after every callback and return at once, keeping what is left. */
 static inline bool luna__loop_stopping(const luna_loop *loop) {
   return loop->stop;
-}
-
-/* Marks the loop held (+1) or releases it (-1): while held, the drivers
-   (frame, begin_frame, run, reset) return LUNA_ESTATE, as inside a
-   callback. The Lua binding holds the loop around every task resume, so a
-   host C function that a task calls cannot start a nested frame. */
-static inline void luna__loop_hold(luna_loop *loop, int delta) {
-  loop->held += delta;
-}
-
-/* luna_enqueue for a caller that already knows its arguments are valid
-   (timing in range, fn not NULL): the Lua binding's task.yield. */
-static inline int luna__loop_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn,
-                                     void *arg) {
-  return luna__queue_push(&loop->queues[timing], &loop->alloc, fn, arg, false);
 }
 
 #endif

@@ -44,16 +44,8 @@
 #include <stdint.h>
 
 #include "alloc.h"
+#include "lunaloop/extension.h" /* luna__item, luna__batch */
 #include "lunaloop/loop.h"
-
-/* One element of a timing's array: what the hot path reads, 24 bytes on
-   LP64. The flags the budgeted path needs live in the slot. */
-typedef struct luna__item {
-  luna_step_fn step; /* NULL: removed, waiting for compaction */
-  void *arg;
-  uint32_t slot;     /* its handle's slot */
-  int priority;      /* the array's sort key; kept after removal */
-} luna__item;
 
 /* The items of one timing. */
 typedef struct luna__items {
@@ -83,51 +75,6 @@ typedef struct luna__item_slot {
   uint8_t live;
   uint8_t flags;       /* LUNA__SLOT_*; 0 when free */
 } luna__item_slot;
-
-/* Batches. One step function may be declared batched
-   (luna__runner_set_batch): the plain walk (no budget) then hands each
-   stretch of consecutive items with that step to the batch function in one
-   call instead of calling the step once per item. The batch function takes
-   the items one by one with luna__batch_peek / luna__batch_take, in array
-   order, and may stop early: the walk goes on with the first item it did
-   not take (if it took none, the walk calls that item's step itself). The
-   calls must keep the walk's rules: an item removed by an earlier call is
-   skipped (peek never returns it), nothing is taken once luna_loop_stop was
-   called (peek returns NULL), and an item is removed through
-   luna_item_remove, never by a return value. This is how the Lua binding
-   calls many task.on callbacks inside one protected call (the cost of
-   entering protected mode is paid once for the stretch, and again only
-   after a callback raised). Budgeted runs never batch: each item's cost is
-   measured there. */
-typedef struct luna__batch {
-  luna__item *const *a; /* &the timing's array: its length is fixed during a
-                           run, but an item added by a call may make room
-                           for the merge at the run's end, moving it */
-  size_t i, n;         /* the next index to look at; the end of the walk */
-  luna_step_fn step;   /* the batched step */
-  const bool *stop;    /* the loop's luna_loop_stop flag */
-} luna__batch;
-
-typedef void (*luna__batch_fn)(luna_loop *loop, luna__batch *bt);
-
-/* The argument of the next item of the stretch, without taking it; NULL
-   once the stretch ends (an item of another step, or the end of the walk)
-   or the loop is stopping. Skips removed items. */
-static inline void *luna__batch_peek(luna__batch *bt) {
-  if (*bt->stop)
-    return NULL;
-  for (; bt->i < bt->n; bt->i++) {
-    const luna__item *item = &(*bt->a)[bt->i];
-    if (item->step == bt->step)
-      return item->arg;
-    if (item->step != NULL)
-      return NULL;
-  }
-  return NULL;
-}
-
-/* Takes the item luna__batch_peek returned: the caller calls it now. */
-static inline void luna__batch_take(luna__batch *bt) { bt->i++; }
 
 typedef struct luna__runner {
   luna__items items[LUNA_TIMING_COUNT];

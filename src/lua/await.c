@@ -11,7 +11,7 @@
 #include "lunaloop_lua.h"
 
 #include "binding.h"
-#include "loop_internal.h"
+#include "lunaloop/extension.h"
 #include "promise.h"
 
 /* ---- checked arguments ---------------------------------------------------- */
@@ -335,10 +335,9 @@ static inline luna__task *await_task(lua_State *L, const char *what) {
 
 static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
                      luna_timer_kind kind, int64_t deadline) {
-  luna_loop *loop = t->b->loop;
   /* luna_timer_add without its checks: timing and kind are valid here. */
-  int rc = luna__timers_add(&loop->timers, &loop->alloc, (int)timing, kind, deadline,
-                            luna__timer_cb, t, &t->on.timer.id);
+  int rc = luna__loop_add_timer(t->b->loop, timing, kind, deadline, luna__timer_cb, t,
+                                &t->on.timer.id);
   if (rc != 0)
     return luaL_error(L, "lunaloop: cannot add a timer: %s", luna_strerror(rc));
   t->wait = LUNA__W_TIMER;

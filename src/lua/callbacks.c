@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "binding.h"
-#include "loop_internal.h"
+#include "lunaloop/extension.h"
 
 void luna__every_cb(luna_loop *loop, void *arg);
 
@@ -117,7 +117,7 @@ static bool callback_step(luna_loop *loop, void *arg) {
   luna__handle *h = (luna__handle *)arg;
   lua_State *L = luna__exec_state(h->b);
   /* dt as luna_loop_delta, read in place: this runs once per callback */
-  luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
+  luna_ns dt = luna__loop_dt(loop);
   if (!luna__held(h->b)) /* held: called again at the next run */
     call_handle(h->b, h, L, lua_gettop(L), (lua_Number)dt / 1e9, 0);
   return h->active; /* released, not yet collected: nothing ran since */
@@ -126,9 +126,10 @@ static bool callback_step(luna_loop *loop, void *arg) {
 /* ---- batches ------------------------------------------------------------ */
 
 /* A stretch of task.on callbacks of one binding, called in one protected
-   call (the runner's batches, runner.h): a pcall costs a setjmp, a message
-   handler pushed and a stack reset, as much as the call itself, so a
-   stretch pays it once and again only after a callback raised. Each
+   call (the runner's batches, lunaloop/extension.h): a pcall costs a
+   setjmp, a message handler pushed and a stack reset, as much as the call
+   itself, so a stretch pays it once and again only after a callback
+   raised. Each
    callback is still isolated: the one that raised is reported and removed,
    and the stretch goes on with the next in a new protected call. */
 typedef struct stretch {
@@ -148,7 +149,7 @@ static int stretch_body(lua_State *L) {
   luna_loop *loop = s->loop;
   luna__handle *h;
   while ((h = (luna__handle *)luna__batch_peek(s->bt)) != NULL && h->b == b) {
-    luna_ns dt = loop->in_fixed_step ? loop->fixed_dt : loop->delta;
+    luna_ns dt = luna__loop_dt(loop);
     luna__batch_take(s->bt);
     if (luna__held(b))
       continue; /* called again at the next run */
@@ -246,7 +247,7 @@ static void callbacks_batch(luna_loop *loop, luna__batch *bt) {
 }
 
 void luna__tune_loop(luna_loop *loop) {
-  luna__runner_set_batch(&loop->runner, callback_step, callbacks_batch);
+  luna__loop_set_batch(loop, callback_step, callbacks_batch);
   luna__loop_set_warm(loop, luna__timer_cb, luna__warm_task);
 }
 

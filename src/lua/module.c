@@ -212,16 +212,6 @@ static int l_step(lua_State *L) {
   return 1;
 }
 
-static luna_ns now_monotonic(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (luna_ns)ts.tv_sec * LUNA_NS_PER_SECOND + ts.tv_nsec;
-}
-
-static luna_ns virtual_realtime(void *ud) {
-  return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
-}
-
 /* opts[key] of the table at idx (argument 1), or def when nil; raises an
    argument error naming the option when it is not a number. */
 static lua_Number opt_field_number(lua_State *L, int idx, const char *key, lua_Number def) {
@@ -262,9 +252,8 @@ static int l_run(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
   lua_Number hz = 60, frames = -1;
   bool fast = false;
-  luna_ns period, last;
-  uint64_t ran = 0;
-  int code;
+  luna_driver driver;
+  int code, rc;
   bool stuck = false;
   check_can_drive(L, b, "task.run");
   if (!lua_isnoneornil(L, 1)) {
@@ -284,31 +273,22 @@ static int l_run(lua_State *L) {
         opt_error(L, "frames", "a whole number >= 0");
     }
   }
-  period = (luna_ns)llround(1e9 / hz);
   if (fast)
-    luna_loop_set_realtime_source(b->loop, virtual_realtime, b->loop);
-  last = now_monotonic();
+    luna_loop_use_virtual_realtime(b->loop);
+  luna_driver_init(&driver, b->loop, (luna_ns)llround(1e9 / hz),
+                   fast ? LUNA_DRIVE_FAST : LUNA_DRIVE_REAL);
   while ((b->ntasks > 0 || b->nhandles > 0) && !b->exit_requested &&
-         (frames < 0 || (lua_Number)ran < frames)) {
-    luna_ns dt = period;
+         (frames < 0 || (lua_Number)driver.frames < frames)) {
     if (luna_lua_stuck(L)) {
       luna_lua_report_stuck(L, stderr);
       stuck = true;
       break;
     }
-    if (!fast) {
-      luna_ns now = now_monotonic(), next = last + period;
-      if (next > now) {
-        struct timespec ts = {(time_t)(next / LUNA_NS_PER_SECOND),
-                              (long)(next % LUNA_NS_PER_SECOND)};
-        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
-      }
-      now = now_monotonic();
-      dt = now - last;
-      last = now;
-    }
-    step_frame(L, b, dt);
-    ran++;
+    if (!luna_driver_wait(&driver))
+      continue; /* a signal cut the sleep short: check again */
+    WITH_EXEC(b, L, rc = luna_driver_frame(&driver));
+    if (rc != 0 && rc != LUNA_ESTOPPED)
+      return luaL_error(L, "lunaloop: frame failed: %s", luna_strerror(rc));
   }
   WITH_EXEC(b, L, luna__cancel_all(b));
   luna__remove_all_handles(b);

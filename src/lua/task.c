@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "binding.h"
-#include "loop_internal.h"
+#include "lunaloop/extension.h"
 
 /* ---- checked accessors ---------------------------------------------------- */
 
@@ -839,11 +839,11 @@ static LUNA__NOINLINE bool resumed_elsewhere(lua_State *co) {
 }
 
 /* Counts a resume for task.stats (per timing, current frame only). It
-   reads the loop's fields directly (loop_internal.h): two calls into the
-   core per resume were a measurable part of W1. */
+   reads the frame and timing through the loop's view (extension.h), a load
+   each: this runs once per resume. */
 static void count_resume(luna__binding *b) {
-  uint64_t frame = b->loop->frame;
-  int timing = b->loop->current;
+  uint64_t frame = luna__loop_frame(b->loop);
+  int timing = luna__loop_timing(b->loop);
   if (frame != b->stats_frame) {
     memset(b->resumes, 0, sizeof b->resumes);
     b->stats_frame = frame;
@@ -1021,7 +1021,7 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t->state = LUNA__PENDING;
   t->on.ready.nresume = nargs;
   t->id = ++b->next_id;
-  t->created_frame = b->loop->frame; /* luna_loop_frame_count, in place */
+  t->created_frame = luna__loop_frame(b->loop);
   t->ref = anchor(L, b);
   b->ntasks++;
   if (b->creation_traceback)
@@ -1035,7 +1035,7 @@ void luna__start(luna__binding *b, luna__task *t) {
 }
 
 bool luna__still_held(luna__binding *b) {
-  if (b->loop != NULL && b->loop->frame == b->held_frame)
+  if (b->loop != NULL && luna__loop_frame(b->loop) == b->held_frame)
     return true;
   b->held = false;
   return false;

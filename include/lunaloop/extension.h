@@ -1,0 +1,176 @@
+/*
+** lunaloop/extension.h: the core's interface for the layers built on it,
+** such as the Lua binding. It owns nothing; it names what those layers may
+** read and do beyond loop.h, so that no file outside src/core includes a
+** private core header or reads struct luna_loop.
+**
+** Not installed and not part of the ABI: the library builds the core and
+** the layers above it together, and these names may change with any
+** release. The functions are hidden symbols of that one library.
+**
+** Threads: everything here is for the loop thread only, and nothing checks
+** its arguments (a NULL loop, a timing out of range or a NULL fn is
+** undefined): the callers have checked them already, which is why these
+** exist beside the public functions.
+**
+** The reads a layer makes once per task resume or callback call (the frame
+** number, the timing running now, delta time) are static inline over a
+** read-only view that is the first member of the loop, so they cost one
+** load each, as a field read in place would; the rest are plain calls.
+*/
+#ifndef LUNALOOP_EXTENSION_H
+#define LUNALOOP_EXTENSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loop.h"
+
+LUNA_BEGIN_DECLS
+
+/* Prefetches the memory at p for reading: a hint, never a fault, whatever
+   p is. The core's queue and timers give it the argument of the callback
+   after the one they are about to call, and a warm function (below) the
+   memory that argument points to: a continuation's argument (a Lua task) is
+   usually cold, and waiting for it would dominate the cost of a resume. */
+#if defined(__GNUC__) || defined(__clang__)
+#define LUNA__PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#define LUNA__PREFETCH(p) ((void)(p))
+#endif
+
+/* The loop's fields that the layers above read on their hot paths. The
+   core keeps them here and nowhere else; a layer reads them through the
+   accessors below and never writes them (held changes only through
+   luna__loop_hold). */
+typedef struct luna__loop_view {
+  uint64_t frame;     /* frames begun (luna_loop_frame_count) */
+  luna_ns delta;      /* scaled delta of the current frame */
+  luna_ns fixed_dt;   /* the fixed step length, > 0 */
+  int current;        /* timing running now, or -1 (luna_loop_current_timing) */
+  int held;           /* > 0: a layer runs code that must not drive frames */
+  bool in_fixed_step; /* from a FixedUpdate run to the end of its
+                         LastFixedUpdate: delta time reads fixed_dt */
+} luna__loop_view;
+
+/* The view of `loop`. It is the first member of struct luna_loop, so the
+   conversion is free and the pointer is stable for the loop's life. */
+static inline const luna__loop_view *luna__loop_view_of(const luna_loop *loop) {
+  return (const luna__loop_view *)(const void *)loop;
+}
+
+/* Frames begun: luna_loop_frame_count without the NULL check. */
+static inline uint64_t luna__loop_frame(const luna_loop *loop) {
+  return luna__loop_view_of(loop)->frame;
+}
+
+/* The timing running now, or -1: luna_loop_current_timing without the
+   NULL check. */
+static inline int luna__loop_timing(const luna_loop *loop) {
+  return luna__loop_view_of(loop)->current;
+}
+
+/* Delta time in ns as luna_loop_delta reads it (fixed_dt inside a fixed
+   step, else the frame's scaled delta), without the NULL check. */
+static inline luna_ns luna__loop_dt(const luna_loop *loop) {
+  const luna__loop_view *v = luna__loop_view_of(loop);
+  return v->in_fixed_step ? v->fixed_dt : v->delta;
+}
+
+/* Marks the loop held (+1) or releases it (-1): while held, the drivers
+   (luna_loop_frame, begin_frame, run, reset) return LUNA_ESTATE, as inside
+   a callback. The Lua binding holds the loop around every task resume, so a
+   host C function that a task calls cannot start a nested frame. Inline:
+   it runs twice per resume. */
+static inline void luna__loop_hold(luna_loop *loop, int delta) {
+  ((luna__loop_view *)(void *)loop)->held += delta;
+}
+
+/* luna_enqueue for a caller whose timing is in range and fn not NULL (the
+   binding's task.yield): 0 or LUNA_ENOMEM (fn never runs then). */
+int luna__loop_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg);
+
+/* luna_timer_add for a caller whose timing and kind are in range and fn not
+   NULL (the binding's awaits): 0 or LUNA_ENOMEM (fn never runs then). */
+int luna__loop_add_timer(luna_loop *loop, luna_timing timing, luna_timer_kind kind,
+                         int64_t deadline, luna_fn fn, void *arg, luna_timer_id *out);
+
+/* Warming ahead of a timer's call. Firing timers prefetches the argument
+   of the timer after the next one; a client whose timer callback `fn`
+   takes an argument that points at more cold memory (a Lua task and its
+   coroutine) names it here, and `warm` is called with the argument of the
+   next timer with that fn just before the call before it, when the
+   argument is in cache, to prefetch what it points to. Timers fire in
+   deadline order, which for sleeping tasks is a random walk over memory;
+   continuations run in the order they were queued, mostly the order the
+   tasks were made in, which the hardware prefetcher follows, so they are
+   not warmed. warm must only prefetch. One client per loop; fn or warm
+   NULL turns it off. */
+void luna__loop_set_warm(luna_loop *loop, luna_fn fn, void (*warm)(void *arg));
+
+/* ---- batches of repeating items ---------------------------------------- */
+
+/* One element of a timing's array of repeating items, as the runner keeps
+   it (24 bytes on LP64: what its walk reads). A batch function reads only
+   step and arg, through luna__batch_peek. */
+typedef struct luna__item {
+  luna_step_fn step; /* NULL: removed, waiting for compaction */
+  void *arg;
+  uint32_t slot;     /* its handle's slot */
+  int priority;      /* the array's sort key; kept after removal */
+} luna__item;
+
+/* Batches. One step function may be declared batched
+   (luna__loop_set_batch): the plain walk (no budget) then hands each
+   stretch of consecutive items with that step to the batch function in one
+   call instead of calling the step once per item. The batch function takes
+   the items one by one with luna__batch_peek / luna__batch_take, in array
+   order, and may stop early: the walk goes on with the first item it did
+   not take (if it took none, the walk calls that item's step itself). The
+   calls must keep the walk's rules: an item removed by an earlier call is
+   skipped (peek never returns it), nothing is taken once luna_loop_stop was
+   called (peek returns NULL), and an item is removed through
+   luna_item_remove, never by a return value. This is how the Lua binding
+   calls many task.on callbacks inside one protected call (the cost of
+   entering protected mode is paid once for the stretch, and again only
+   after a callback raised). Budgeted runs never batch: each item's cost is
+   measured there. */
+typedef struct luna__batch {
+  luna__item *const *a; /* &the timing's array: its length is fixed during a
+                           run, but an item added by a call may make room
+                           for the merge at the run's end, moving it */
+  size_t i, n;         /* the next index to look at; the end of the walk */
+  luna_step_fn step;   /* the batched step */
+  const bool *stop;    /* the loop's luna_loop_stop flag */
+} luna__batch;
+
+typedef void (*luna__batch_fn)(luna_loop *loop, luna__batch *bt);
+
+/* The argument of the next item of the stretch, without taking it; NULL
+   once the stretch ends (an item of another step, or the end of the walk)
+   or the loop is stopping. Skips removed items. Inline: it runs once per
+   callback of the stretch. */
+static inline void *luna__batch_peek(luna__batch *bt) {
+  if (*bt->stop)
+    return NULL;
+  for (; bt->i < bt->n; bt->i++) {
+    const luna__item *item = &(*bt->a)[bt->i];
+    if (item->step == bt->step)
+      return item->arg;
+    if (item->step != NULL)
+      return NULL;
+  }
+  return NULL;
+}
+
+/* Takes the item luna__batch_peek returned: the caller calls it now. */
+static inline void luna__batch_take(luna__batch *bt) { bt->i++; }
+
+/* Declares `step` batched: the plain walk hands stretches of its items to
+   `fn` (see luna__batch). NULL, NULL: no batches. One per loop. */
+void luna__loop_set_batch(luna_loop *loop, luna_step_fn step, luna__batch_fn fn);
+
+LUNA_END_DECLS
+
+#endif
