@@ -286,7 +286,8 @@ static bool predicate_step(luna_loop *loop, void *arg) {
   luna__task *t = (luna__task *)arg;
   luna__binding *b = t->b;
   lua_State *L = luna__exec_state(b);
-  lua_State *outer = luna__running;
+  lua_State *outer;
+  luna__calling_saved calling;
   int top = lua_gettop(L), st;
   bool answer;
   (void)loop;
@@ -295,15 +296,13 @@ static bool predicate_step(luna_loop *loop, void *arg) {
   lua_checkstack(L, 4);
   lua_pushvalue(t->co, 1);
   lua_xmove(t->co, L, 1);
-  luna__running = L;
-  {
-    LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_PREDICATE);
-    LUNA__OBSERVE(b, on_call, L, true);
-    st = lua_pcall(L, 0, 1, 0);
-    LUNA__OBSERVE(b, on_call, L, false);
-    LUNA__END_CALLING(b);
-  }
-  luna__running = outer;
+  outer = luna__enter_thread(L);
+  calling = luna__begin_calling(b, L, LUNA__CALLING_PREDICATE);
+  LUNA__OBSERVE(b, on_call, L, true);
+  st = lua_pcall(L, 0, 1, 0);
+  LUNA__OBSERVE(b, on_call, L, false);
+  luna__end_calling(b, calling);
+  luna__leave_thread(outer);
   if (t->state != LUNA__SUSPENDED || t->wait != LUNA__W_PREDICATE) {
     /* The predicate cancelled its own task: its item is already removed. */
     lua_settop(L, top);

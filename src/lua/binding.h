@@ -1,5 +1,12 @@
 /*
-** binding.h: the Lua binding's private state, shared by the files of src/lua.
+** binding.h: the Lua binding's private state, shared by the files of src/lua
+** and included by them only (src/mods reaches the binding through guard.h).
+** One section per concept, each naming the file that implements it: the
+** task record (task.c), observers, the binding's state, who runs now, the
+** accessors (binding.c), errors and reporting (report.c), the interrupt
+** (interrupt.c), the guarded xpcall and coroutine functions (guarded.c),
+** the lifecycle (lifecycle.c), then the task operations and the module's
+** parts (task.c, taskobj.c, await.c, internal.c, introspect.c, callbacks.c).
 **
 ** Handles (task.on, task.every) are kept alive by plain luaL_ref entries of
 ** the registry. A task is a full userdata (luna__task) whose one user value
@@ -164,6 +171,7 @@ struct luna__handle {
   luna__handle *prev, *next; /* registered handles */
 };
 
+/* ---- observers (introspect.c installs them, observer.c adapts them) ---- */
 /* Observers: tracing and mod budgets watch the binding through these.
    on_thread runs when a task's coroutine is created (before it first
    runs); on_resume runs right before (begin = true) and after every resume
@@ -192,6 +200,7 @@ enum { LUNA__OBSERVER_BUDGET = 0, LUNA__OBSERVER_PUBLIC = 1, LUNA__OBSERVERS = 2
           (b)->observers[obs_i_].hook((b)->observers[obs_i_].ud, __VA_ARGS__); \
   } while (0)
 
+/* ---- the binding's state (lifecycle.c makes it, binding.c finds it) ---- */
 struct luna__binding {
   /* Read or written on every resume: together, first. */
   lua_State *exec_L;     /* thread that calls callbacks at depth 0 */
@@ -277,15 +286,132 @@ typedef enum luna__calling {
   LUNA__CALLING_HANDLER    /* the task.on_error handler */
 } luna__calling;
 
+/* True while b's work must wait: b->held was set (by the mods layer, when
+   a mod's time budget for the frame is spent) during the frame that is
+   running now. Every place that would start the state's code on its own
+   (a continuation, a timer, the ready ring, a task.on/every callback, a
+   predicate) asks first and, when held, leaves the work for the next frame
+   instead of dropping it. One byte test when nothing holds (task.c). */
+bool luna__still_held(luna__binding *b);
+static inline bool luna__held(luna__binding *b) {
+  return b->held && luna__still_held(b);
+}
+
+/* ---- who runs now (binding.c defines the thread-local values) ----------- */
+/* Every site that runs Lua code saves what runs now, sets its own and puts
+   the saved values back after, through these helpers only: the task that
+   runs (luna__enter_task), the thread an interrupt lands on
+   (luna__enter_thread), the thread that calls callbacks at depth 0
+   (luna__enter_exec) and what kind of code that is not a task is being
+   called (luna__begin_calling).
+   They are always inlined: entering a task is on the resume path, where
+   each is the plain loads and stores written out. */
+
+/* The Lua thread this OS thread is running (a task's coroutine, or the
+   thread a callback runs on), for luna_lua_interrupt: a signal-safe read.
+   Per OS thread, so loops driven by different threads never race on it. */
+extern _Thread_local lua_State *volatile luna__running LUNA__TLS_MODEL;
+
+/* The task being resumed on this thread (the innermost one), or NULL. Set
+   with b->current by luna__enter_task; the awaits read it to find their
+   task without a lookup (luna__fast_await). Thread-local, so states
+   driven on different threads never see each other's task. */
+extern _Thread_local luna__task *luna__running_task LUNA__TLS_MODEL;
+
+/* The thread whose pending __close handlers are being run after its code
+   ended (an ended task's, close_in_task; a coroutine closed by the guarded
+   coroutine functions), or NULL: an interrupt stops the handler it lands
+   in and lets the next one run (interrupt.c). Saved and restored around. */
+extern _Thread_local lua_State *luna__closing LUNA__TLS_MODEL;
+
+/* Lua code runs on L from now until luna__leave_thread (a task's
+   coroutine, a callback's or predicate's thread, a plain coroutine): an
+   interrupt lands on L. Returns the thread that ran before. */
+static LUNA__ALWAYS_INLINE lua_State *luna__enter_thread(lua_State *L) {
+  lua_State *outer = luna__running;
+  luna__running = L;
+  return outer;
+}
+
+static LUNA__ALWAYS_INLINE void luna__leave_thread(lua_State *outer) {
+  luna__running = outer;
+}
+
+/* What luna__enter_task replaced, for luna__leave_task. */
+typedef struct luna__outer {
+  luna__task *current;  /* b->current */
+  luna__task *task;     /* luna__running_task */
+} luna__outer;
+
+/* Task t runs (is resumed, or has its to-be-closed variables run) from now
+   until luna__leave_task: it is b's current task and this thread's
+   running task. Nests. Its coroutine becomes the running thread apart
+   (luna__enter_thread), since a resume runs its observers in between. */
+static LUNA__ALWAYS_INLINE luna__outer luna__enter_task(luna__binding *b, luna__task *t) {
+  luna__outer o;
+  o.current = b->current;
+  o.task = luna__running_task;
+  b->current = t;
+  luna__running_task = t;
+  return o;
+}
+
+static LUNA__ALWAYS_INLINE void luna__leave_task(luna__binding *b, luna__outer o) {
+  b->current = o.current;
+  luna__running_task = o.task;
+}
+
+/* The thread on which callbacks and handlers may be called now. */
+static inline lua_State *luna__exec_state(luna__binding *b) {
+  return b->current != NULL ? b->current->co : b->exec_L;
+}
+
+/* Code called from Lua on L is about to run the loop's work (start, cancel
+   or step): when no task is being resumed, L becomes the thread callbacks
+   and reports run on until luna__leave_exec, so they run on the thread
+   that called into the binding. Returns what to give luna__leave_exec. */
+static inline lua_State *luna__enter_exec(luna__binding *b, lua_State *L) {
+  lua_State *saved = b->exec_L;
+  if (b->depth == 0)
+    b->exec_L = L;
+  return saved;
+}
+
+static inline void luna__leave_exec(luna__binding *b, lua_State *saved) {
+  b->exec_L = saved;
+}
+
+/* What luna__begin_calling replaced, for luna__end_calling. */
+typedef struct luna__calling_saved {
+  lua_State *L;
+  uint8_t what;
+} luna__calling_saved;
+
 /* Notes that b calls Lua code of kind `what` on L until the matching
-   LUNA__END_CALLING, which restores what was noted before (calls nest). */
-#define LUNA__BEGIN_CALLING(b, thread, kind)                                   \
-  lua_State *calling_L_ = (b)->calling.L;                                      \
-  uint8_t calling_what_ = (b)->calling.what;                                   \
-  (b)->calling.L = (thread);                                                   \
-  (b)->calling.what = (uint8_t)(kind)
-#define LUNA__END_CALLING(b)                                                   \
-  ((b)->calling.L = calling_L_, (b)->calling.what = calling_what_)
+   luna__end_calling, which restores what was noted before (calls nest). */
+static inline luna__calling_saved luna__begin_calling(luna__binding *b, lua_State *L,
+                                                      luna__calling what) {
+  luna__calling_saved saved;
+  saved.L = b->calling.L;
+  saved.what = b->calling.what;
+  b->calling.L = L;
+  b->calling.what = (uint8_t)what;
+  return saved;
+}
+
+static inline void luna__end_calling(luna__binding *b, luna__calling_saved saved) {
+  b->calling.L = saved.L;
+  b->calling.what = saved.what;
+}
+
+/* ---- accessors (binding.c) ---------------------------------------------- */
+/* The binding of L; raises a Lua error when there is none or its loop was freed. */
+luna__binding *luna__check_binding(lua_State *L);
+/* The binding of L or NULL, never raises. */
+luna__binding *luna__get_binding(lua_State *L);
+/* Pops the binding's userdata (or nil: none) into L's registry slot for
+   it (lifecycle.c). */
+void luna__set_binding(lua_State *L);
 
 /* The binding of a module function: its upvalue 1 (a light userdata), which
    saves a registry lookup on the hot paths (every await, every spawn).
@@ -297,49 +423,39 @@ static inline luna__binding *luna__upvalue_binding(lua_State *L) {
   return b;
 }
 
-/* The task being resumed on this thread (the innermost one), or NULL. Set
-   by luna__resume around lua_resume next to b->current; the awaits read it
-   to find their task without a lookup (luna__fast_await). Thread-local, so
-   states driven on different threads never see each other's task. */
-extern _Thread_local luna__task *luna__running_task LUNA__TLS_MODEL;
+/* Protects the metatable on top of L (made by luaL_newmetatable): its
+   __metatable is its __name. Every metatable of an object the binding
+   hands out gets it. */
+void luna__protect_metatable(lua_State *L);
 
-/* The task calling an await when everything luna__check_await_in verifies
-   holds: L is the task being resumed, it may suspend here, no cancellation
-   or interrupt is pending and its loop is alive. NULL otherwise: the caller
-   then takes the checked path, which raises the right error. One compare
-   chain instead of a binding lookup on every await (issue #5, W1). */
-static inline luna__task *luna__fast_await(lua_State *L) {
-  luna__task *t = luna__running_task;
-  if (t != NULL && t->co == L && !t->cancel_requested && !t->interrupt &&
-      t->b->loop != NULL && lua_isyieldable(L))
-    return t;
-  return NULL;
-}
-
-/* The thread on which callbacks and handlers may be called now. */
-static inline lua_State *luna__exec_state(luna__binding *b) {
-  return b->current != NULL ? b->current->co : b->exec_L;
-}
-
-/* True while b's work must wait: b->held was set (by the mods layer, when
-   a mod's time budget for the frame is spent) during the frame that is
-   running now. Every place that would start the state's code on its own
-   (a continuation, a timer, the ready ring, a task.on/every callback, a
-   predicate) asks first and, when held, leaves the work for the next frame
-   instead of dropping it. One byte test when nothing holds. */
-bool luna__still_held(luna__binding *b);
-static inline bool luna__held(luna__binding *b) {
-  return b->held && luna__still_held(b);
-}
-
-/* ---- binding.c ---------------------------------------------------------- */
+/* ---- errors and reporting (report.c) ------------------------------------- */
+/* Makes the metatables of the cancellation and timeout errors and the one
+   cancellation error value (lifecycle.c, when a binding is created). */
+void luna__open_errors(lua_State *L);
+/* Pushes the cancellation error value. */
+void luna__push_cancel_error(lua_State *L);
+bool luna__is_cancel_error(lua_State *L, int idx);
+bool luna__is_timeout_error(lua_State *L, int idx);
+/* Reports an error: err at `err_idx` of L, traceback at `tb_idx` (0: none),
+   the task at `task_idx` (0: a callback named `what`). Counts it. */
+void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
+                  int task_idx, const char *what);
+/* Message handler that keeps the error and stores its traceback; the
+   traceback is then pushed (and forgotten) by luna__push_last_traceback. */
+int luna__msgh(lua_State *L);
+/* luna__msgh's work: stores the traceback of L from level 1 aside, with
+   the line `drop` lines from its end left out when drop > 0 (a stretch of
+   callbacks leaves its own C frame out, callbacks.c). */
+void luna__store_traceback(lua_State *L, int drop);
+void luna__push_last_traceback(lua_State *L);
 /* task.on_error(fn | nil) -> previous handler (nil for the default). */
 int luna__set_handler(lua_State *L);
-/* The binding of L; raises a Lua error when there is none or its loop was freed. */
-luna__binding *luna__check_binding(lua_State *L);
-/* The binding of L or NULL, never raises. */
-luna__binding *luna__get_binding(lua_State *L);
+/* An on_error setter's body for the handler kept at registry[key]: checks
+   that argument 1 is a function or nil (raising an argument error
+   otherwise), stores it and returns 1, the previous handler pushed. */
+int luna__swap_handler(lua_State *L, const void *key);
 
+/* ---- the interrupt and the hooks' errors (interrupt.c) ------------------ */
 /* Who raised an error from a hook (luna__raise_from_hook). */
 typedef enum luna__hook_error {
   LUNA__HOOK_NONE,
@@ -353,7 +469,26 @@ typedef enum luna__hook_error {
    message handler: Lua calls a handler with hooks off for it, so a loop
    there could never be stopped. */
 int luna__raise_from_hook(lua_State *L, luna__hook_error kind);
+/* True when the error at idx is the one our hooks raised last and it still
+   stands: an interrupt's while one is pending on this thread, a mod's
+   budget error while its stop is on, the bare-yield error (one-shot). Any
+   other error meanwhile (say in a __close handler) is an ordinary one. */
+bool luna__is_stop_error(lua_State *L, int idx);
+/* Raises the interrupt on L: the cancellation error in the task being
+   resumed (which it cancels), "interrupted" anywhere else. */
+int luna__raise_interrupt(lua_State *L);
+/* True while luna_lua_interrupt's interrupt is pending on this thread. */
+bool luna__interrupt_pending(void);
+/* Arms the interrupt's hook on L (it raises at L's next instruction). */
+void luna__arm_interrupt(lua_State *L);
+/* Removes the interrupt hook from a thread about to run its to-be-closed
+   handlers, so cleanup runs even while an interrupt is pending. */
+void luna__drop_interrupt_hook(lua_State *co);
+/* When an interrupt is pending and its hook sits on co (it landed in co):
+   removes the hook and returns true; false otherwise. */
+bool luna__take_interrupt_hook(lua_State *co);
 
+/* ---- the guarded xpcall and coroutine functions (guarded.c) ------------- */
 /* Pushes xpcall(f, msgh, ...) as the base library's (yieldable the same
    way), except that msgh is not called for an error one of our hooks
    raised, while it stands (see luna__hook_error). The handler runs one C
@@ -362,8 +497,7 @@ void luna__push_guarded_xpcall(lua_State *L);
 
 /* Replaces coroutine.resume, coroutine.wrap and coroutine.close of L's
    global coroutine table (when there is one) by the binding's guarded
-   versions (binding.c, luna_lua_guard_interrupts): done when the module is
-   opened. */
+   versions (luna_lua_guard_interrupts): done when the module is opened. */
 void luna__guard_coroutines(lua_State *L);
 
 /* coroutine.create's work: pushes a new thread holding the function that
@@ -379,51 +513,10 @@ lua_State *luna__push_coroutine(lua_State *L);
 #define luna__close_thread(co, from) ((void)(from), lua_resetthread(co))
 #endif
 
-/* Protects the metatable on top of L (made by luaL_newmetatable): its
-   __metatable is its __name. Every metatable of an object the binding
-   hands out gets it. */
-void luna__protect_metatable(lua_State *L);
-
-/* Pushes the cancellation error value. */
-void luna__push_cancel_error(lua_State *L);
-bool luna__is_cancel_error(lua_State *L, int idx);
-bool luna__is_timeout_error(lua_State *L, int idx);
-/* Reports an error: err at `err_idx` of L, traceback at `tb_idx` (0: none),
-   the task at `task_idx` (0: a callback named `what`). Counts it. */
-void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
-                  int task_idx, const char *what);
-/* Message handler that keeps the error and stores its traceback; the
-   traceback is then pushed (and forgotten) by luna__push_last_traceback. */
-int luna__msgh(lua_State *L);
-/* Sets the loop up for the binding, the same for every binding of a loop
-   (callbacks.c): the runner calls task.on callbacks in stretches, several
-   in one protected call, and firing timers warms the coroutine of a task
-   one call ahead of resuming it (luna__warm_task). */
-void luna__tune_loop(luna_loop *loop);
-/* luna__msgh's work: stores the traceback of L from level 1 aside, with
-   the line `drop` lines from its end left out when drop > 0 (a stretch of
-   callbacks leaves its own C frame out, callbacks.c). */
-void luna__store_traceback(lua_State *L, int drop);
-void luna__push_last_traceback(lua_State *L);
-/* Removes the interrupt hook from a thread about to run its to-be-closed
-   handlers, so cleanup runs even while an interrupt is pending. */
-void luna__drop_interrupt_hook(lua_State *co);
-/* The Lua thread this OS thread is running (a task's coroutine, or the
-   thread a callback runs on), for luna_lua_interrupt: a signal-safe read.
-   Per OS thread, so loops driven by different threads never race on it. */
-extern _Thread_local lua_State *volatile luna__running LUNA__TLS_MODEL;
-
-/* The thread whose pending __close handlers are being run after its code
-   ended (an ended task's, close_in_task; a coroutine closed by the guarded
-   coroutine functions), or NULL: an interrupt stops the handler it lands
-   in and lets the next one run (binding.c). Saved and restored around. */
-extern _Thread_local lua_State *luna__closing LUNA__TLS_MODEL;
-
-/* True while luna_lua_interrupt's interrupt is pending on this thread. */
-bool luna__interrupt_pending(void);
-
-/* Arms the interrupt's hook on L (it raises at L's next instruction). */
-void luna__arm_interrupt(lua_State *L);
+/* ---- lifecycle (lifecycle.c) and the module table (module.c) ------------ */
+/* Builds the `lunaloop` module table of b's state (once; the same table
+   after) and pushes it (module.c). */
+int luna__open_module(lua_State *L, luna__binding *b);
 
 /* ---- task.c ------------------------------------------------------------- */
 luna__task *luna__check_task(lua_State *L, int idx);
@@ -557,6 +650,19 @@ void luna__take_held(lua_State *L, luna__task *t);
 void luna__report_held(luna__binding *b, lua_State *L);
 
 /* ---- await.c ------------------------------------------------------------ */
+/* The task calling an await when everything luna__check_await_in verifies
+   holds: L is the task being resumed, it may suspend here, no cancellation
+   or interrupt is pending and its loop is alive. NULL otherwise: the caller
+   then takes the checked path, which raises the right error. One compare
+   chain instead of a binding lookup on every await. */
+static inline luna__task *luna__fast_await(lua_State *L) {
+  luna__task *t = luna__running_task;
+  if (t != NULL && t->co == L && !t->cancel_requested && !t->interrupt &&
+      t->b->loop != NULL && lua_isyieldable(L))
+    return t;
+  return NULL;
+}
+
 /* Checks that L is a task that may await now and returns it; raises a clear
    error naming `what` otherwise, or the cancellation error when the task
    was cancelled. */
@@ -628,6 +734,11 @@ bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer);
 void luna__note_creation(lua_State *L);
 
 /* ---- callbacks.c -------------------------------------------------------- */
+/* Sets the loop up for the binding, the same for every binding of a loop
+   (callbacks.c): the runner calls task.on callbacks in stretches, several
+   in one protected call, and firing timers warms the coroutine of a task
+   one call ahead of resuming it (luna__warm_task). */
+void luna__tune_loop(luna_loop *loop);
 void luna__remove_all_handles(luna__binding *b);
 void luna__open_callbacks(lua_State *L);
 

@@ -84,7 +84,8 @@ static void report_failure(luna__binding *b, luna__handle *h, lua_State *L) {
    A raising callback is reported and removed. Returns false when it raised. */
 static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top,
                         lua_Number dt, lua_Integer n) {
-  lua_State *outer = luna__running;
+  lua_State *outer;
+  luna__calling_saved calling;
   int st;
   /* The function is referenced on its own, so a call is three pushes and a
      pcall (the handle's reference only keeps the handle alive while
@@ -96,16 +97,14 @@ static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top
     lua_pushinteger(L, n);
   else
     lua_pushnumber(L, dt);
-  luna__running = L;
+  outer = luna__enter_thread(L);
   h->calling = true;
-  {
-    LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_CALLBACK);
-    LUNA__OBSERVE(b, on_call, L, true);
-    st = lua_pcall(L, 1, 0, top + 1);
-    LUNA__OBSERVE(b, on_call, L, false);
-    LUNA__END_CALLING(b);
-  }
-  luna__running = outer;
+  calling = luna__begin_calling(b, L, LUNA__CALLING_CALLBACK);
+  LUNA__OBSERVE(b, on_call, L, true);
+  st = lua_pcall(L, 1, 0, top + 1);
+  LUNA__OBSERVE(b, on_call, L, false);
+  luna__end_calling(b, calling);
+  luna__leave_thread(outer);
   if (st != LUA_OK)
     report_failure(b, h, L);
   lua_settop(L, top);
@@ -158,9 +157,9 @@ static int stretch_body(lua_State *L) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
     lua_pushnumber(L, (lua_Number)dt / 1e9);
     LUNA__OBSERVE(b, on_call, L, true);
-    luna__running = L;
+    (void)luna__enter_thread(L); /* s->outer is what it replaced */
     lua_call(L, 1, 0);
-    luna__running = s->outer;
+    luna__leave_thread(s->outer);
     LUNA__OBSERVE(b, on_call, L, false);
     s->cur = NULL;
     end_call(b, h);
@@ -222,13 +221,13 @@ static void callbacks_batch(luna_loop *loop, luna__batch *bt) {
     b->stretch_tb_line = next_frame_line(L);
     lua_pushcfunction(L, stretch_msgh); /* top + 1 */
     do {
-      LUNA__BEGIN_CALLING(b, L, LUNA__CALLING_CALLBACK);
+      luna__calling_saved calling = luna__begin_calling(b, L, LUNA__CALLING_CALLBACK);
       s.cur = NULL;
       lua_pushcfunction(L, stretch_body);
       lua_pushlightuserdata(L, &s);
       st = lua_pcall(L, 1, 0, top + 1);
-      LUNA__END_CALLING(b);
-      luna__running = s.outer;
+      luna__end_calling(b, calling);
+      luna__leave_thread(s.outer); /* a callback that raised left L there */
       if (st != LUA_OK && s.cur != NULL) {
         LUNA__OBSERVE(b, on_call, L, false);
         report_failure(b, s.cur, L);

@@ -67,11 +67,9 @@ static int l_start(lua_State *L) {
   luna__binding *b = luna__check_binding(L);
   bool before = luna__cancel_pending(L, b);
   if (t->state == LUNA__PENDING && !t->cancel_requested) {
-    lua_State *saved = b->exec_L;
-    if (b->depth == 0)
-      b->exec_L = L;
+    lua_State *saved = luna__enter_exec(b, L);
     luna__start(b, t);
-    b->exec_L = saved;
+    luna__leave_exec(b, saved);
   }
   luna__check_cancelled(L, b, before);
   return 0;
@@ -99,11 +97,9 @@ static int l_clear_interrupt(lua_State *L) {
 static int l_cancel(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
   luna__binding *b = luna__check_binding(L);
-  lua_State *saved = b->exec_L;
-  if (b->depth == 0)
-    b->exec_L = L;
+  lua_State *saved = luna__enter_exec(b, L);
   luna__cancel(b, t);
-  b->exec_L = saved;
+  luna__leave_exec(b, saved);
   return 0;
 }
 
@@ -147,11 +143,6 @@ static int l_timeout_error(lua_State *L) {
   lua_pushnumber(L, s);
   lua_setfield(L, -2, "seconds");
   luaL_setmetatable(L, LUNA__TIMEOUT_MT);
-  return 1;
-}
-
-static int timeout_tostring(lua_State *L) {
-  lua_getfield(L, 1, "message");
   return 1;
 }
 
@@ -222,10 +213,6 @@ static const luaL_Reg internal_funcs[] = {
    when_any, timeout, scope and channel to the module table on top of L. */
 void luna__open_compose(lua_State *L) {
   int module = lua_absindex(L, -1);
-  luaL_getmetatable(L, LUNA__TIMEOUT_MT);
-  lua_pushcfunction(L, timeout_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pop(L, 1);
   if (luaL_loadbufferx(L, luna__compose_lua, luna__compose_lua_size,
                        LUNA__COMPOSE_CHUNK, "t") != LUA_OK)
     lua_error(L);

@@ -11,17 +11,6 @@
 
 static const char module_key = 'm';
 
-/* Runs `call` with exec_L set to L when no task is being resumed, so that
-   callbacks and reports run on the thread that called into the binding. */
-#define WITH_EXEC(b, L, call)                                                  \
-  do {                                                                         \
-    lua_State *saved_exec_ = (b)->exec_L;                                      \
-    if ((b)->depth == 0)                                                       \
-      (b)->exec_L = (L);                                                       \
-    call;                                                                      \
-    (b)->exec_L = saved_exec_;                                                 \
-  } while (0)
-
 /* ---- tasks ------------------------------------------------------------------ */
 
 /* task.spawn(fn, ...) -> Task: creates a task and runs it now until its first
@@ -30,9 +19,12 @@ static int l_spawn(lua_State *L) {
   luna__binding *b = luna__upvalue_binding(L);
   luna__task *t;
   bool before = luna__cancel_pending(L, b);
+  lua_State *saved;
   luaL_checktype(L, 1, LUA_TFUNCTION);
   t = luna__new_task(L, b, 1, lua_gettop(L) - 1);
-  WITH_EXEC(b, L, luna__start(b, t));
+  saved = luna__enter_exec(b, L);
+  luna__start(b, t);
+  luna__leave_exec(b, saved);
   luna__check_cancelled(L, b, before);
   return 1;
 }
@@ -194,12 +186,18 @@ static luna_ns opt_dt(lua_State *L, int idx, luna_ns def) {
   return dt;
 }
 
-static int step_frame(lua_State *L, luna__binding *b, luna_ns dt) {
-  int rc;
-  WITH_EXEC(b, L, rc = luna_loop_frame_ns(b->loop, dt));
+/* Raises the error of a frame that failed (one that task.exit or
+   luna_loop_stop stopped did not). */
+static void check_frame(lua_State *L, int rc) {
   if (rc != 0 && rc != LUNA_ESTOPPED)
-    return luaL_error(L, "lunaloop: frame failed: %s", luna_strerror(rc));
-  return 0;
+    luaL_error(L, "lunaloop: frame failed: %s", luna_strerror(rc));
+}
+
+static void step_frame(lua_State *L, luna__binding *b, luna_ns dt) {
+  lua_State *saved = luna__enter_exec(b, L);
+  int rc = luna_loop_frame_ns(b->loop, dt);
+  luna__leave_exec(b, saved);
+  check_frame(L, rc);
 }
 
 /* task.step([dt]) -> frame: runs one frame of dt seconds (default 1/60). */
@@ -253,6 +251,7 @@ static int l_run(lua_State *L) {
   lua_Number hz = 60, frames = -1;
   bool fast = false;
   luna_driver driver;
+  lua_State *saved;
   int code, rc;
   bool stuck = false;
   check_can_drive(L, b, "task.run");
@@ -286,11 +285,14 @@ static int l_run(lua_State *L) {
     }
     if (!luna_driver_wait(&driver))
       continue; /* a signal cut the sleep short: check again */
-    WITH_EXEC(b, L, rc = luna_driver_frame(&driver));
-    if (rc != 0 && rc != LUNA_ESTOPPED)
-      return luaL_error(L, "lunaloop: frame failed: %s", luna_strerror(rc));
+    saved = luna__enter_exec(b, L);
+    rc = luna_driver_frame(&driver);
+    luna__leave_exec(b, saved);
+    check_frame(L, rc);
   }
-  WITH_EXEC(b, L, luna__cancel_all(b));
+  saved = luna__enter_exec(b, L);
+  luna__cancel_all(b);
+  luna__leave_exec(b, saved);
   luna__remove_all_handles(b);
   if (stuck)
     code = LUNA_LUA_EXIT_STUCK;

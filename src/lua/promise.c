@@ -664,12 +664,10 @@ static int l_cancel(lua_State *L) {
   luna__pud *pud = check_pud(L, 1);
   luna__binding *b = pud->b;
   if (pud->status == P_PENDING) {
-    lua_State *saved = b->exec_L;
-    if (b->depth == 0)
-      b->exec_L = L;
+    lua_State *saved = luna__enter_exec(b, L);
     give_up(L, 1, pud);
     luna__pump(b);
-    b->exec_L = saved;
+    luna__leave_exec(b, saved);
   }
   return 0;
 }

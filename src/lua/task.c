@@ -596,22 +596,20 @@ static int traceback_of(lua_State *L) {
    bound them as they bound the task's body. Returns luna__close_thread's
    status. */
 static int close_in_task(luna__binding *b, luna__task *t, lua_State *L) {
-  luna__task *outer = b->current, *outer_task = luna__running_task;
-  lua_State *outer_running = luna__running, *outer_closing = luna__closing;
+  lua_State *outer_closing = luna__closing, *outer_running;
+  luna__outer outer;
   int st;
   luna__closing = t->co;
-  b->current = t;
-  luna__running_task = t;
-  luna__running = t->co;
+  outer = luna__enter_task(b, t);
+  outer_running = luna__enter_thread(t->co);
   b->depth++;
   LUNA__OBSERVE(b, on_call, t->co, true);
   st = luna__close_thread(t->co, L);
   LUNA__OBSERVE(b, on_call, t->co, false);
   b->depth--;
-  b->current = outer;
+  luna__leave_task(b, outer);
   luna__closing = outer_closing;
-  luna__running_task = outer_task;
-  luna__running = outer_running;
+  luna__leave_thread(outer_running);
   return st;
 }
 
@@ -859,10 +857,8 @@ static void count_resume(luna__binding *b) {
    lua_resume cost a mispredicted return (perf: the instructions after
    these calls were the hottest of W1). Settling stays out of line. */
 static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int nargs) {
-  lua_State *from = luna__exec_state(b);
-  luna__task *outer = b->current;
-  luna__task *outer_task = luna__running_task;
-  lua_State *outer_running = luna__running;
+  lua_State *from = luna__exec_state(b), *outer_running;
+  luna__outer outer;
   int st, nres = 0;
   bool ended_bare = false;
 
@@ -878,12 +874,11 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
   }
   t->state = LUNA__RUNNING;
   t->wait = LUNA__W_NONE;
-  b->current = t;
-  luna__running_task = t;
+  outer = luna__enter_task(b, t);
   b->depth++;
   count_resume(b);
   LUNA__OBSERVE(b, on_resume, t, true);
-  luna__running = t->co;
+  outer_running = luna__enter_thread(t->co);
   luna__loop_hold(b->loop, 1);
   st = lua_resume(t->co, from, nargs, &nres);
   while (st == LUA_YIELD && t->wait == LUNA__W_NONE) {
@@ -900,11 +895,10 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
       b->hook_error = LUNA__HOOK_NONE;
   }
   luna__loop_hold(b->loop, -1);
-  luna__running = outer_running;
+  luna__leave_thread(outer_running);
   LUNA__OBSERVE(b, on_resume, t, false);
   b->depth--;
-  b->current = outer;
-  luna__running_task = outer_task;
+  luna__leave_task(b, outer);
 
   if (st == LUA_YIELD) {
     lua_pop(t->co, nres);

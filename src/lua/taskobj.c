@@ -46,12 +46,10 @@ static int l_traceback(lua_State *L) {
 int luna__l_cancel(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
   luna__binding *b = luna__check_binding(L);
-  lua_State *saved = b->exec_L;
   bool before = luna__cancel_pending(L, b);
-  if (b->depth == 0)
-    b->exec_L = L;
+  lua_State *saved = luna__enter_exec(b, L);
   luna__cancel(b, t);
-  b->exec_L = saved;
+  luna__leave_exec(b, saved);
   if (t == b->current && !before) {
     luna__push_cancel_error(L);
     return lua_error(L);
