@@ -2,7 +2,7 @@
 ** await.c: the awaits a task can suspend on: yield, next_frame, delay_frame,
 ** delay, wait_until, wait_while and await. Each validates its arguments and
 ** that it was called from a task that may suspend *before* arming anything,
-** so a refused await leaves no stale wake-up behind (case c13).
+** so a refused await leaves no stale wake-up behind.
 */
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,8 @@
 ** userdata kept in the registry (lifecycle.c makes and forgets it); this
 ** file finds it, defines who runs now on this OS thread (the thread-local
 ** values behind luna__enter_task, binding.h) and answers the host's
-** queries about an attached state. Includes binding.h only.
+** queries about an attached state. Includes binding.h and the public
+** lunaloop_lua.h only.
 */
 #include "binding.h"
 #include "lunaloop_lua.h"

@@ -450,10 +450,6 @@ void luna__store_traceback(lua_State *L, int drop);
 void luna__push_last_traceback(lua_State *L);
 /* task.on_error(fn | nil) -> previous handler (nil for the default). */
 int luna__set_handler(lua_State *L);
-/* An on_error setter's body for the handler kept at registry[key]: checks
-   that argument 1 is a function or nil (raising an argument error
-   otherwise), stores it and returns 1, the previous handler pushed. */
-int luna__swap_handler(lua_State *L, const void *key);
 
 /* ---- the interrupt and the hooks' errors (interrupt.c) ------------------ */
 /* Who raised an error from a hook (luna__raise_from_hook). */

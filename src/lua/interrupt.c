@@ -3,7 +3,8 @@
 ** a hook on the Lua thread this OS thread runs (luna__running) that raises
 ** at every instruction until the interrupt is cleared; a hook that raises
 ** notes its error, so the guarded xpcall (guarded.c) can let it through
-** without calling a message handler. Includes binding.h and the public lunaloop_lua.h only.
+** without calling a message handler. Includes binding.h and the public
+** lunaloop_lua.h only.
 */
 #include <signal.h>
 

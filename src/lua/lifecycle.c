@@ -4,7 +4,7 @@
 ** the state's tasks and removes its callbacks when the state closes or
 ** the loop is reset or freed, and takes the state off the loop without
 ** running Lua code when that is all there is left to do (guard.h).
-** Includes binding.h, guard.h and promise.h only.
+** Includes binding.h, guard.h, promise.h and the public lunaloop_lua.h.
 */
 #include <string.h>
 

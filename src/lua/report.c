@@ -3,7 +3,8 @@
 ** values, the message handler that keeps a callback's traceback aside,
 ** and luna__report, which hands a failure to the task.on_error handler (or
 ** the default report on stderr, or the report of last resort when there is
-** not the memory for either). Includes binding.h and guard.h only.
+** not the memory for either). Includes binding.h, guard.h and the public
+** lunaloop_lua.h.
 */
 #include <stdio.h>
 
@@ -223,19 +224,15 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
   lua_settop(L, top);
 }
 
-int luna__swap_handler(lua_State *L, const void *key) {
+/* task.on_error(fn | nil) -> previous handler (nil for the default). */
+int luna__set_handler(lua_State *L) {
   if (!lua_isnoneornil(L, 1))
     luaL_checktype(L, 1, LUA_TFUNCTION);
   lua_settop(L, 1);
-  lua_rawgetp(L, LUA_REGISTRYINDEX, key);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &handler_key);
   lua_pushvalue(L, 1);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &handler_key);
   return 1;
-}
-
-/* task.on_error(fn | nil) -> previous handler (nil for the default). */
-int luna__set_handler(lua_State *L) {
-  return luna__swap_handler(L, &handler_key);
 }
 
 void luna__guard_set_report(lua_State *L, luna__guard_report_fn fn, void *ud) {
