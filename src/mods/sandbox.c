@@ -468,14 +468,11 @@ static int call_on(lua_State *L, lua_State *co) {
   return lua_gettop(L);
 }
 
-/* coroutine.resume(co, ...) / coroutine.close(co): the binding's guarded
-   functions, for the mod's own coroutines and its tasks' only. */
-static int l_co_resume(lua_State *L) {
-  return call_on(L, check_own_thread(L, "coroutine.resume"));
-}
-
-static int l_co_close(lua_State *L) {
-  return call_on(L, check_own_thread(L, "coroutine.close"));
+/* coroutine.resume(co, ...) / coroutine.close(co): upvalue 1 is the
+   binding's guarded function, upvalue 2 its name for the errors; for the
+   mod's own coroutines and its tasks' only. */
+static int l_co_guarded(lua_State *L) {
+  return call_on(L, check_own_thread(L, lua_tostring(L, lua_upvalueindex(2))));
 }
 
 /* coroutine.wrap, written on the sandbox's create/resume so its coroutine
@@ -634,10 +631,12 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
     lua_pushcfunction(L, l_co_create);
     lua_setfield(L, out, "create");
     lua_getfield(L, co, "resume");
-    lua_pushcclosure(L, l_co_resume, 1);
+    lua_pushliteral(L, "coroutine.resume");
+    lua_pushcclosure(L, l_co_guarded, 2);
     lua_setfield(L, out, "resume");
     lua_getfield(L, co, "close");
-    lua_pushcclosure(L, l_co_close, 1);
+    lua_pushliteral(L, "coroutine.close");
+    lua_pushcclosure(L, l_co_guarded, 2);
     lua_setfield(L, out, "close");
     if (luaL_loadbufferx(L, wrap_lua, sizeof wrap_lua - 1, "=coroutine.wrap", "t") != LUA_OK)
       lua_error(L);
