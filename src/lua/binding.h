@@ -264,9 +264,6 @@ struct luna__binding {
   char bare_where[LUA_IDSIZE + 24]; /* "<source>:<line>: " of that yield */
   uint8_t hook_error;     /* luna__hook_error: who raised the registry's
                               last hook error (luna__raise_from_hook) */
-  const char *stop_msg;   /* while a mod's budget stop is on, its error
-                              (src/mods/budget.c): a guarded xpcall lets it
-                              through without calling the handler */
   uint64_t held_frame;   /* the frame `held` holds (luna_loop_frame_count) */
   uint64_t abandoned;    /* tasks settled unresumed under `abandon` */
   /* reporting and exit */
@@ -456,7 +453,8 @@ int luna__set_handler(lua_State *L);
 typedef enum luna__hook_error {
   LUNA__HOOK_NONE,
   LUNA__HOOK_INTERRUPT,  /* luna_lua_interrupt: stands while it is pending */
-  LUNA__HOOK_BUDGET,     /* a mod's budget: stands while its stop is on */
+  LUNA__HOOK_BUDGET,     /* the guard's stop (a mod's budget): stands until
+                            the guard ends it (luna__guard_end_stop) */
   LUNA__HOOK_BARE_YIELD  /* a bare coroutine.yield in a task: one-shot */
 } luna__hook_error;
 

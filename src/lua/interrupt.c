@@ -83,8 +83,8 @@ bool luna__is_stop_error(lua_State *L, int idx) {
   switch ((luna__hook_error)b->hook_error) {
   case LUNA__HOOK_INTERRUPT:
     return interrupt_pending;
-  case LUNA__HOOK_BUDGET:
-    return b->stop_msg != NULL;
+  case LUNA__HOOK_BUDGET: /* cleared when the guard's stop ends (seam.c) */
+    return true;
   case LUNA__HOOK_BARE_YIELD: /* cleared when its resume returns (task.c) */
     return true;
   default:

@@ -226,13 +226,7 @@ void luna__report(luna__binding *b, lua_State *L, int err_idx, int tb_idx,
 
 /* task.on_error(fn | nil) -> previous handler (nil for the default). */
 int luna__set_handler(lua_State *L) {
-  if (!lua_isnoneornil(L, 1))
-    luaL_checktype(L, 1, LUA_TFUNCTION);
-  lua_settop(L, 1);
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &handler_key);
-  lua_pushvalue(L, 1);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &handler_key);
-  return 1;
+  return luna__guard_swap_handler(L, &handler_key);
 }
 
 void luna__guard_set_report(lua_State *L, luna__guard_report_fn fn, void *ud) {

@@ -2,14 +2,14 @@
 ** budget.c: the instruction and time budgets of a mod.
 **
 ** Every thread of a mod's state carries the same count hook: the main thread
-** (set at load), each task's coroutine (the binding's on_thread observer),
+** (set at load), each task's coroutine (the guard observer's on_thread),
 ** each coroutine the sandbox's coroutine.create/wrap makes, and any other
 ** thread, since lua_newthread copies the creating thread's hook. The hook
 ** fires every `step` instructions (min(budget, 1000)) and adds the count it
 ** was set with to m->used, the counter of the current *context*.
 **
-** A context is one run of the mod's code: a task resume (on_resume), a
-** callback, predicate or error handler call (on_call), or a call the set
+** A context is one run of the mod's code: a task resume, a callback,
+** predicate or error handler call (the guard observer's on_run), or a call the set
 ** makes itself (bus delivery, on_load, on_unload). The outermost context
 ** resets the counter; nested ones (a task spawned from a task runs at once,
 ** inside its parent's resume) share it, so spawning cannot launder a budget.
@@ -20,7 +20,7 @@
 ** Once a context has run out, it stays out: the hook then fires at every
 ** instruction of the thread it stopped and of the context's own thread and
 ** raises again, so a pcall around the runaway code, or a task that keeps
-** resuming a coroutine that was stopped (case c19), cannot go on. Only the
+** resuming a coroutine that was stopped, cannot go on. Only the
 ** end of the outermost context clears it.
 **
 ** luna_lua_interrupt (Ctrl-C) also uses lua_sethook: it replaces the hook of
@@ -48,13 +48,11 @@
 ** instruction budget's (again at every instruction until the context
 ** ends). Reaching the limit, by a stop or by a context that ends past it
 ** (many short runs), counts one time overrun per frame and holds the
-** mod's binding for the rest of the frame (luna__held): the mod's work
+** mod's binding for the rest of the frame (luna__guard_hold): the mod's work
 ** that has not started waits for the next frame.
 */
 #include <stdio.h>
-#include <time.h>
 
-#include "binding.h"
 #include "mods.h"
 
 /* Arms the budget hook on `co` to fire after `count` instructions, unless a
@@ -100,22 +98,16 @@ static int raise_exceeded(lua_State *L, luna__mod *m, bool time, int level) {
       lua_pushfstring(L, "instruction budget exceeded (%I instructions)", (lua_Integer)m->budget);
     lua_concat(L, 2);
     snprintf(m->exceeded_msg, sizeof m->exceeded_msg, "%s", lua_tostring(L, -1));
-    return luna__raise_from_hook(L, LUNA__HOOK_BUDGET);
+    return luna__guard_raise_stop(L);
   }
   lua_pushstring(L, m->exceeded_msg);
-  return luna__raise_from_hook(L, LUNA__HOOK_BUDGET);
-}
-
-static luna_ns monotonic_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (luna_ns)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  return luna__guard_raise_stop(L);
 }
 
 /* The set's clock (the host's, or CLOCK_MONOTONIC). */
 static luna_ns clock_now(const luna__mod *m) {
   const luna_mods_config *c = &m->set->cfg;
-  return c->clock != NULL ? c->clock(c->clock_ud) : monotonic_ns();
+  return c->clock != NULL ? c->clock(c->clock_ud) : luna__watchdog_now();
 }
 
 /* The mod's time for the frame is spent: one time overrun per frame, and
@@ -127,10 +119,9 @@ static void hold(luna__mod *m) {
   m->time_counted = true;
   if (m->binding == NULL)
     return;
-  m->binding->held = true;
-  m->binding->held_frame = m->time_frame;
+  luna__guard_hold(m->binding, m->time_frame);
   if (m->unloading)
-    m->binding->abandon = true;
+    luna__guard_abandon(m->binding);
 }
 
 /* True once the open context has used up what the frame left it. */
@@ -139,14 +130,14 @@ static bool time_over(luna__mod *m) {
          luna_ns_add(m->time_spent, clock_now(m) - m->ctx_began) >= m->time_limit;
 }
 
-/* m->exceeded, mirrored in the binding (the stop's message) so that the
-   sandbox's xpcall lets that error through without calling a message
-   handler (Lua would call it with hooks off, where a loop could never be
-   stopped). */
+/* m->exceeded. While it is set, the sandbox's xpcall lets the stop's error
+   through without calling a message handler (Lua would call it with hooks
+   off, where a loop could never be stopped): raise_exceeded raises it as
+   the guard's stop, which stands until it is ended here. */
 static void set_exceeded(luna__mod *m, bool exceeded) {
   m->exceeded = exceeded;
-  if (m->binding != NULL) /* the text is written before it is raised */
-    m->binding->stop_msg = exceeded ? m->exceeded_msg : NULL;
+  if (!exceeded)
+    luna__guard_end_stop(m->binding);
 }
 
 /* Stops the open context: raised here and again at every instruction of
@@ -243,7 +234,7 @@ void luna__budget_begin(luna__mod *m, lua_State *thread) {
                              own calls) stopped at its first instruction */
   if (m->set->watchdog != NULL) /* (one clock read less with the default clock) */
     luna__watchdog_arm(m->set->watchdog, thread,
-                       luna_ns_add(m->set->cfg.clock != NULL ? monotonic_ns() : m->ctx_began,
+                       luna_ns_add(m->set->cfg.clock != NULL ? luna__watchdog_now() : m->ctx_began,
                                    left > 0 ? left : 0));
 }
 
@@ -282,29 +273,22 @@ void luna__budget_fresh(luna__mod *m) {
   m->time_frame = luna_loop_frame_count(m->set->loop);
   m->time_spent = 0;
   m->time_counted = false;
-  if (m->binding != NULL)
-    m->binding->held = false;
+  luna__guard_unhold(m->binding);
 }
 
 bool luna__mod_held(luna__mod *m) {
-  return m->binding != NULL && luna__held(m->binding);
+  return luna__guard_held(m->binding);
 }
 
-/* ---- the binding's observer ------------------------------------------------ */
+/* ---- the guard's observer ------------------------------------------------- */
 
-static void on_thread(void *ud, luna__task *t) {
-  luna__budget_hook_thread((luna__mod *)ud, t->co);
+static void on_thread(void *ud, lua_State *co) {
+  luna__budget_hook_thread((luna__mod *)ud, co);
 }
 
-static void on_resume(void *ud, luna__task *t, bool begin) {
-  luna__mod *m = (luna__mod *)ud;
-  if (begin)
-    luna__budget_begin(m, t->co);
-  else
-    luna__budget_end(m);
-}
-
-static void on_call(void *ud, lua_State *L, bool begin) {
+/* Every resume of a task and every other call of the mod's code by the
+   binding is a budget context. */
+static void on_run(void *ud, lua_State *L, bool begin) {
   luna__mod *m = (luna__mod *)ud;
   if (begin)
     luna__budget_begin(m, L);
@@ -313,14 +297,12 @@ static void on_call(void *ud, lua_State *L, bool begin) {
 }
 
 void luna__budget_install(luna__mod *m) {
-  luna__observer obs;
-  obs.on_thread = on_thread;
-  obs.on_resume = on_resume;
-  obs.ud = m;
-  obs.on_call = on_call;
-  luna__set_observer(m->L, LUNA__OBSERVER_BUDGET, &obs);
-  /* Cached: the hook runs on any thread of the state, and looking the
+  m->observer.on_thread = on_thread;
+  m->observer.on_run = on_run;
+  m->observer.ud = m;
+  luna__guard_observe(m->L, &m->observer);
+  /* Kept: the hook runs on any thread of the state, and looking the
      binding up there would push onto the main thread's stack. */
-  m->binding = luna__get_binding(m->L);
+  m->binding = luna__guard_binding(m->L);
   set_count(m->L, m->step);
 }

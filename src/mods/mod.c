@@ -10,12 +10,8 @@
 
 #include <lualib.h>
 
-#include "binding.h"
-#include "guard.h"
+#include "copy.h"
 #include "mods.h"
-
-/* Registry keys of the handlers a mod registers (set in bus.c). */
-extern const char luna__on_load_key, luna__on_unload_key;
 
 /* ---- reports ------------------------------------------------------------------ */
 
@@ -101,6 +97,25 @@ bool luna__mod_charge(luna__mod *m, size_t n) {
 
 void luna__mod_uncharge(luna__mod *m, size_t n) {
   m->host_bytes -= n;
+}
+
+/* A copy made for m pays its growth from m's cap (copy.h). */
+static bool pay(void *ud, size_t n) {
+  return luna__mod_charge((luna__mod *)ud, n);
+}
+
+static void repay(void *ud, size_t n) {
+  luna__mod_uncharge((luna__mod *)ud, n);
+}
+
+char *luna__mod_copy_out(lua_State *L, int idx, size_t *len, const char *what) {
+  luna__mod *m = luna__mod_of(L);
+  luna__copy_payer payer = {pay, repay, NULL, LUNA__CAP_REACHED};
+  char *data = NULL;
+  payer.ud = m;
+  if (luna__copy_encode(L, idx, m->set->cfg.message_limit, what, &payer, &data, len) != LUA_OK)
+    lua_error(L);
+  return data;
 }
 
 void luna__mod_overrun(luna__mod *m, luna__overrun kind) {
@@ -223,13 +238,7 @@ static void report_without_memory(void *ud, const char *what, const char *messag
 }
 
 int luna__l_mod_on_error(lua_State *L) {
-  if (!lua_isnoneornil(L, 1))
-    luaL_checktype(L, 1, LUA_TFUNCTION);
-  lua_settop(L, 1);
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &mod_handler_key);
-  lua_pushvalue(L, 1);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &mod_handler_key);
-  return 1;
+  return luna__guard_swap_handler(L, &mod_handler_key);
 }
 
 /* ---- opening ------------------------------------------------------------------------ */
@@ -291,7 +300,7 @@ static int call_on_load(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &luna__on_load_key);
   if (!lua_isfunction(L, -1))
     return 0;
-  luna__copy_in(L, m->carry, m->carry_len);
+  luna__copy_decode(L, m->carry, m->carry_len);
   lua_call(L, 1, 0);
   return 0;
 }
@@ -312,7 +321,7 @@ static int call_on_unload(lua_State *L) {
   lua_call(L, 0, 1);
   if (u->keep && !lua_isnil(L, -1)) {
     size_t len;
-    char *data = luna__copy_out(L, -1, m->set->cfg.message_limit, &len, "on_unload result");
+    char *data = luna__mod_copy_out(L, -1, &len, "on_unload result");
     free(m->carry);
     m->carry = data;
     m->carry_len = len;
@@ -348,8 +357,8 @@ static void close_state(luna__mod *m) {
   m->set->busy++;
   luna__guard_begin_close(m->L);
   m->unloading = true;
-  if (m->binding != NULL && luna__held(m->binding))
-    m->binding->abandon = true;
+  if (luna__guard_held(m->binding))
+    luna__guard_abandon(m->binding);
   lua_pushcfunction(m->L, cancel_all);
   if (lua_pcall(m->L, 0, 0, 0) != LUA_OK) {
     /* Outside any budget: no __tostring of the mod's may run here. */
@@ -358,11 +367,12 @@ static void close_state(luna__mod *m) {
                                                        : "(not a string)");
     m->errors_before++;
   }
-  if (m->binding != NULL && m->binding->abandoned > 0) {
+  if (m->binding != NULL && luna__guard_abandoned(m->binding) > 0) {
     luna__mods_report(m->set, m->man.name,
                       "unloading used up its time budget (%g ms): the to-be-closed "
                       "variables of %llu tasks did not run",
-                      (double)m->time_limit / 1e6, (unsigned long long)m->binding->abandoned);
+                      (double)m->time_limit / 1e6,
+                      (unsigned long long)luna__guard_abandoned(m->binding));
     m->errors_before++;
   }
   m->unloading = false;

@@ -9,7 +9,10 @@
 **   watchdog.c the thread that stops a mod's code when its time runs out
 **   pattern.c  the bounded pattern matcher of the mods' string library
 **   sandbox.c  the whitelist environment a mod's code sees
-**   bus.c      copying values between states, the bus, the `mods` module
+**   copy.c     copying values between states as bytes (copy.h)
+**   bus.c      the message bus: its queue, senders' shares, delivery order
+**   modlib.c   the `mods` module a mod sees, and its subscribers' calls
+**   host.c     the host's posts to the bus (luna_mods_send*)
 **   topics.c   the bus's index of subscriptions by topic
 **   manifest.c reading manifest.lua in a throwaway, empty state
 **   watch.c    file signatures for hot reload
@@ -23,7 +26,8 @@
 **   inside lua_pcall, so a mod at its memory cap can never panic the host.
 ** - A mod's budget context (budget.c) brackets every run of its Lua code:
 **   the binding's observer brackets resumes, callbacks, predicates and the
-**   error handler; set.c and bus.c bracket the calls they make themselves.
+**   error handler; set.c, mod.c and modlib.c bracket the calls they make
+**   themselves.
 */
 #ifndef LUNA_MODS_INTERNAL_H
 #define LUNA_MODS_INTERNAL_H
@@ -35,7 +39,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "escape.h"
+#include "guard.h"
 #include "lunaloop_mods.h"
 
 typedef struct luna__mod luna__mod;
@@ -83,8 +87,10 @@ struct luna__mod {
   int step;                   /* hook granularity: min(budget, 1000) */
   int depth;                  /* nesting of budget contexts */
   bool exceeded;              /* this context ran out: raise everywhere */
-  struct luna__binding *binding; /* L's, cached at luna__budget_install: its
-                                 `stop_msg` mirrors `exceeded` */
+  luna__binding *binding;     /* L's, kept at luna__budget_install (opaque:
+                                 reached through guard.h) */
+  luna__guard_observer observer; /* the budget's observer of L (budget.c):
+                                 the binding keeps a pointer to it */
   char exceeded_msg[200];     /* the first error of it, raised again */
   lua_State *ctx_thread;      /* thread the outermost context began on */
   /* time budget (budget.c) */
@@ -115,7 +121,7 @@ struct luna__mod {
   bool named;                 /* its manifest was read: it claims man.name */
   bool watch_over;            /* its folder is beyond the watcher's bounds
                                  (reported when it first was) */
-  /* carried state for on_load, serialized (bus.c format) */
+  /* carried state for on_load, serialized (copy.h) */
   char *carry;
   size_t carry_len;
   char last_error[512];
@@ -207,6 +213,11 @@ void luna__mod_overrun(luna__mod *m, luna__overrun kind);
    mem_limit. luna__mod_uncharge gives them back. */
 bool luna__mod_charge(luna__mod *m, size_t n);
 void luna__mod_uncharge(luna__mod *m, size_t n);
+/* Copies the value at idx of L (a mod's state) into a malloc'ed buffer
+   (copy.h), at most message_limit bytes, its growth charged to the mod's
+   cap while it is made; raises in L (naming `what`) for a value that
+   cannot cross. */
+char *luna__mod_copy_out(lua_State *L, int idx, size_t *len, const char *what);
 
 /* ---- budget.c ------------------------------------------------------------- */
 /* Installs the count hook on L's main thread and the binding observer. */
@@ -248,6 +259,9 @@ void luna__watchdog_arm(luna__watchdog *wd, lua_State *L, luna_ns deadline);
 void luna__watchdog_thread(luna__watchdog *wd, lua_State *L);
 /* The context closed. */
 void luna__watchdog_disarm(luna__watchdog *wd);
+/* CLOCK_MONOTONIC in ns: the clock the watchdog sleeps on, and the set's
+   default clock. Any thread. */
+luna_ns luna__watchdog_now(void);
 
 /* ---- pattern.c ------------------------------------------------------------ */
 /* Sets find, match, gmatch and gsub in the table on top of L to the
@@ -266,12 +280,12 @@ void luna__sandbox_open(lua_State *L, luna__mod *m);
 void luna__sandbox_loadfile(lua_State *L, luna__mod *m, const char *rel, const char *what);
 
 /* ---- bus.c ---------------------------------------------------------------- */
-/* Serializes the value at idx of L (a mod's state: the copy counts
-   against its cap while it is made) into a malloc'ed buffer; raises a Lua
-   error in L (naming `what`) for values that cannot cross. */
-char *luna__copy_out(lua_State *L, int idx, size_t limit, size_t *len, const char *what);
-/* Pushes the value a buffer holds onto L (may raise: out of memory). */
-void luna__copy_in(lua_State *L, const char *data, size_t len);
+/* Why `topic` (len bytes) cannot be a topic, written into buf (a message
+   to put after "mods.send: "), or NULL when it can. */
+const char *luna__bus_bad_topic(const char *topic, size_t len, char *buf, size_t buflen);
+/* Why `sender` (NULL: the host) cannot post `len` more bytes now (a static
+   message to raise or to put in last_error), or NULL when it can. */
+const char *luna__bus_full(const luna_mods *set, const luna__mod *sender, size_t len);
 /* Queues a message from `sender` (NULL: the host; takes ownership of
    data; the topic is checked by the caller). 0, or LUNA_ENOMEM with *why
    saying why (out of memory, the sender's share of the bus is full, or
@@ -282,8 +296,28 @@ int luna__bus_post(luna_mods *set, luna__mod *sender, const char *topic, size_t 
    LUNA__BUS_STEPS steps of it; the rest waits for the next call. */
 void luna__bus_deliver(luna_mods *set);
 void luna__bus_clear(luna_mods *set);
-/* Pushes the `mods` module table for m. */
+
+/* ---- modlib.c ------------------------------------------------------------- */
+/* Registry keys of the handlers a mod registers with mods.on_load and
+   mods.on_unload (called by mod.c). */
+extern const char luna__on_load_key, luna__on_unload_key;
+/* Pushes the `mods` module table for the mod whose state L is. */
 int luna__open_mods_module(lua_State *L);
+
+/* What one delivery of a message to one mod needs, and where it stopped
+   when the frame's bound was reached. */
+typedef struct luna__delivery {
+  const luna__message *msg;
+  bool resume;          /* go on with the array the mod's state kept */
+  lua_Integer pos, n;   /* subscriptions visited so far, of the n it had */
+  size_t *steps;        /* the frame's delivery steps */
+  bool paused;          /* out: the bound was reached; pos, n say where */
+} luna__delivery;
+/* Protected, in the receiving mod's state (luna__mod_pcall, ud a
+   luna__delivery): calls each of its subscribers of the message's topic,
+   each in its own budget context, until the frame's steps run out (then
+   the array and the place are kept for the next frame). */
+int luna__deliver_to_subscribers(lua_State *L);
 
 /* ---- topics.c ------------------------------------------------------------- */
 /* The index of subscriptions by topic: (topic, mod) -> active count. add

@@ -50,7 +50,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "binding.h"
 #include "mods.h"
 
 /* Upvalue-less registry keys. */
@@ -428,7 +427,7 @@ static void remember_thread(lua_State *L, int idx) {
 
 /* coroutine.create(f): as stock, with the budget hook on the new thread. */
 static int l_co_create(lua_State *L) {
-  lua_State *co = luna__push_coroutine(L);
+  lua_State *co = luna__guard_push_coroutine(L);
   luna__budget_hook_thread(luna__mod_of(L), co);
   remember_thread(L, -1);
   return 1;
@@ -442,7 +441,7 @@ static lua_State *check_own_thread(lua_State *L, const char *fname) {
   luaL_argexpected(L, co != NULL, 1, "coroutine");
   lua_rawgetp(L, LUA_REGISTRYINDEX, &own_threads_key);
   lua_pushvalue(L, 1);
-  if (lua_rawget(L, -2) == LUA_TNIL && co != L && !luna__in_await(co))
+  if (lua_rawget(L, -2) == LUA_TNIL && co != L && !luna__guard_in_await(co))
     luaL_error(L, "%s: only coroutines made by coroutine.create or coroutine.wrap, "
                   "or a task's", fname);
   lua_pop(L, 2);
@@ -534,12 +533,8 @@ static void copy_fields(lua_State *L, int from, const char *const *names) {
 }
 
 static void new_weak_set(lua_State *L, const void *key) {
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "k");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+  luna__guard_push_weak_set(L, key);
+  lua_pop(L, 1);
 }
 
 /* The globals a mod gets in place of the stock ones (set on its sandbox). */
@@ -570,7 +565,7 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   lua_getfield(L, G, "load");
   lua_pushcclosure(L, l_load, 1);
   lua_setfield(L, S, "load");
-  luna__push_guarded_xpcall(L); /* a budget stop skips the message handler */
+  luna__guard_push_xpcall(L); /* a budget stop skips the message handler */
   lua_setfield(L, S, "xpcall");
   lua_pushvalue(L, S);
   luaL_setfuncs(L, replaced, 0);

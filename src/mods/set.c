@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "binding.h"
 #include "mods.h"
 
 #define PENDING ((luna_mod_state)0) /* decided neither way yet (load_dir) */
@@ -81,10 +80,7 @@ static bool inside_mod(const luna_mods *set) {
     return true;
   for (i = 0; i < set->nmods; i++) {
     luna__mod *m = set->mods[i];
-    luna__binding *b;
-    if (m->running > 0)
-      return true;
-    if (m->L != NULL && (b = luna__get_binding(m->L)) != NULL && b->depth > 0)
+    if (m->running > 0 || (m->L != NULL && luna__guard_busy(m->L)))
       return true;
   }
   return false;

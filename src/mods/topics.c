@@ -10,7 +10,7 @@
 ** places in the set (load order), so luna__topics_match lists the
 ** receiving mods in delivery order by reading one run of a chain. The
 ** subscriptions themselves (their functions, in the order they were made)
-** live in the mod's own state (bus.c); the index only says which mods to
+** live in the mod's own state (modlib.c); the index only says which mods to
 ** visit.
 **
 ** Memory: each node is host memory kept for its mod, so it is charged to

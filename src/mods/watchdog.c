@@ -106,7 +106,7 @@ static void set_target(luna__watchdog *wd, lua_State *L) {
   on_this_thread = L != NULL ? wd : NULL;
 }
 
-static luna_ns now_ns(void) {
+luna_ns luna__watchdog_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (luna_ns)ts.tv_sec * 1000000000 + ts.tv_nsec;
@@ -124,7 +124,7 @@ static void *watch(void *arg) {
   luna__watchdog *wd = (luna__watchdog *)arg;
   pthread_mutex_lock(&wd->mu);
   while (!wd->quit) {
-    luna_ns now = now_ns();
+    luna_ns now = luna__watchdog_now();
     /* Until the last deadline, even between contexts: the next one of the
        mod moves it later, so the loop thread need not signal. Runs of a
        mod are often a microsecond long; a watchdog that went idle after
