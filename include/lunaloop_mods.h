@@ -196,10 +196,13 @@ LUNA_API int luna_mods_reload(luna_mods *set, const char *name);
 /* Checks every mod's files now (modification time and size of each regular
    file in its folder, recursively, without following links to folders, at
    most 8 levels, 1024 folders, 4096 files and 16384 entries per mod: a
-   larger folder is reported once) and reloads those that changed. Returns
-   how many were reloaded, or LUNA_ESTATE inside a mod. The set's item does
-   the same every watch_frames frames. */
-LUNA_API int luna_mods_poll(luna_mods *set);
+   larger folder is reported once) and reloads those that changed, and the
+   failed mods whose missing dependency is loaded or whose contested name
+   is free now. The set's item does the same every watch_frames frames.
+   Stores how many mods were reloaded in *reloaded (may be NULL). 0,
+   LUNA_EINVAL (NULL set), LUNA_ESTATE (inside a mod: nothing is checked
+   and *reloaded is untouched). */
+LUNA_API int luna_mods_poll(luna_mods *set, size_t *reloaded);
 
 /* Posts a message from the host: the value at `idx` of any Lua state L (nil,
    boolean, number, string, or a table of those) is copied now and delivered
@@ -222,8 +225,11 @@ LUNA_API size_t luna_mods_count(const luna_mods *set);
 /* Fills *out for the i-th mod (0-based, load order). 0 or LUNA_ENOENT. */
 LUNA_API int luna_mods_get_info(const luna_mods *set, size_t i, luna_mod_info *out);
 
-/* The index of the mod named `name`, or LUNA_ENOENT. */
-LUNA_API int luna_mods_find(const luna_mods *set, const char *name);
+/* Finds the mod named `name` and stores its index (0-based, load order, as
+   luna_mods_get_info takes it) in *index (may be NULL: then only whether
+   it exists is told). 0, LUNA_EINVAL (NULL set or name), LUNA_ENOENT (no
+   mod of that name; *index is untouched). A read-only query. */
+LUNA_API int luna_mods_find(const luna_mods *set, const char *name, size_t *index);
 
 /* The Lua state of a loaded mod (NULL otherwise), for hosts that add their
    own API to it. Keep to the state's rules: run its code with lua_pcall. */

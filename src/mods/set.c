@@ -216,9 +216,10 @@ static void process_disables(luna_mods *set) {
   }
 }
 
-static int poll_files(luna_mods *set) {
-  size_t i;
-  int n = 0;
+/* Checks every mod's files and reloads what changed or what waited for a
+   dependency or a name; returns how many were reloaded. */
+static size_t poll_files(luna_mods *set) {
+  size_t i, n = 0;
   for (i = 0; i < set->nmods; i++) {
     luna__mod *m = set->mods[i];
     uint64_t sig;
@@ -584,13 +585,17 @@ LUNA_API int luna_mods_reload(luna_mods *set, const char *name) {
   return reload(set, m);
 }
 
-LUNA_API int luna_mods_poll(luna_mods *set) {
+LUNA_API int luna_mods_poll(luna_mods *set, size_t *reloaded) {
+  size_t n;
   if (set == NULL)
     return LUNA_EINVAL;
   if (inside_mod(set))
     return LUNA_ESTATE;
   process_disables(set);
-  return poll_files(set);
+  n = poll_files(set);
+  if (reloaded != NULL)
+    *reloaded = n;
+  return 0;
 }
 
 LUNA_API size_t luna_mods_count(const luna_mods *set) {
@@ -621,14 +626,15 @@ LUNA_API int luna_mods_get_info(const luna_mods *set, size_t i, luna_mod_info *o
   return 0;
 }
 
-LUNA_API int luna_mods_find(const luna_mods *set, const char *name) {
-  size_t i;
+LUNA_API int luna_mods_find(const luna_mods *set, const char *name, size_t *index) {
+  const luna__mod *m;
   if (set == NULL || name == NULL)
     return LUNA_EINVAL;
-  for (i = 0; i < set->nmods; i++)
-    if (strcmp(set->mods[i]->man.name, name) == 0)
-      return (int)i;
-  return LUNA_ENOENT;
+  if ((m = find_name(set, name)) == NULL)
+    return LUNA_ENOENT;
+  if (index != NULL)
+    *index = m->index;
+  return 0;
 }
 
 LUNA_API lua_State *luna_mods_state(const luna_mods *set, const char *name) {

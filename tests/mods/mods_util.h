@@ -122,10 +122,17 @@ static inline void fx_free(fixture *f) {
 /* The info of the mod named `name`. */
 static inline luna_mod_info fx_info(fixture *f, const char *name) {
   luna_mod_info info;
-  int i = luna_mods_find(f->set, name);
-  assert_true(i >= 0);
-  assert_int_equal(luna_mods_get_info(f->set, (size_t)i, &info), 0);
+  size_t i;
+  assert_int_equal(luna_mods_find(f->set, name, &i), 0);
+  assert_int_equal(luna_mods_get_info(f->set, i, &info), 0);
   return info;
+}
+
+/* luna_mods_poll, which must succeed: how many mods it reloaded. */
+static inline size_t fx_poll(fixture *f) {
+  size_t n = 0;
+  assert_int_equal(luna_mods_poll(f->set, &n), 0);
+  return n;
 }
 
 /* Reads a global integer of a loaded mod's state. */

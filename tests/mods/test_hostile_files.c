@@ -65,7 +65,7 @@ static void manifest_symlink_out_of_the_folder_is_refused(void **state) {
   fx_symlink(f, "real.lua", "ok/manifest.lua"); /* a link inside the folder is fine */
   fx_write(f, "ok/mod.lua", "print('inside runs')");
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), LUNA_EINVAL);
-  assert_int_equal(luna_mods_find(f->set, "stolen"), LUNA_ENOENT);
+  assert_int_equal(luna_mods_find(f->set, "stolen", NULL), LUNA_ENOENT);
   assert_int_equal(fx_info(f, "m").state, LUNA_MOD_FAILED);
   assert_int_equal(fx_info(f, "s").state, LUNA_MOD_FAILED);
   assert_has(f->rep, "m: not loaded: cannot read manifest.lua: it leads out of the mod's folder or to nothing\n");
@@ -161,7 +161,7 @@ static void symlink_loop_folder_is_walked_once_and_bounds_are_reported(void **st
   strcat(rel, "/x.lua");
   fx_write(f, rel, "return 1");
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
-  assert_int_equal(luna_mods_poll(f->set), 0);
+  assert_int_equal(fx_poll(f), 0);
   alarm(0);
   assert_has(f->out, "[loop] loop runs\n");
   assert_has(f->rep, "deep: its folder is larger than the watcher looks at (8 levels, 1024 "
@@ -171,7 +171,7 @@ static void symlink_loop_folder_is_walked_once_and_bounds_are_reported(void **st
   assert_int_equal(count(f->rep, "its folder is larger"), 1);
   /* a size change is seen whatever the clock's resolution */
   fx_write(f, "loop/mod.lua", "print('loop again')");
-  assert_int_equal(luna_mods_poll(f->set), 1);
+  assert_int_equal(fx_poll(f), 1);
   assert_has(f->out, "[loop] loop again\n");
   fx_free(f);
 }
@@ -214,8 +214,8 @@ static void duplicate_names_are_refused_for_every_claimant(void **state) {
   /* renaming the impostors brings the real core back, then its dependent */
   fx_write(f, "fake/manifest.lua", "return {name = 'fake'}");
   fx_write(f, "third/manifest.lua", "return {name = 'third'}");
-  luna_mods_poll(f->set);
-  luna_mods_poll(f->set);
+  fx_poll(f);
+  fx_poll(f);
   assert_has(f->out, "[core] the real core\n");
   assert_has(f->out, "[fake] the fake core\n");
   assert_has(f->out, "[hud] hud\n");

@@ -77,15 +77,15 @@ static void failed_mods_wait_for_a_change_or_their_dependency(void **state) {
   assert_has(f->rep, "y: not loaded: it depends on 'x', which failed to load");
   f->rep[0] = '\0';
   f->replen = 0;
-  assert_int_equal(luna_mods_poll(f->set), 0);
+  assert_int_equal(fx_poll(f), 0);
   assert_string_equal(f->rep, "");
   fx_write(f, "x/mod.lua", "print('x')");
-  assert_int_equal(luna_mods_poll(f->set), 2);
+  assert_int_equal(fx_poll(f), 2);
   assert_has(f->rep, "x: files changed: reloading");
   assert_has(f->rep, "y: its dependencies are loaded now: reloading");
   assert_string_equal(f->out, "[x] x\n[y] y\n");
   assert_int_equal(fx_info(f, "y").state, LUNA_MOD_LOADED);
-  assert_int_equal(luna_mods_poll(f->set), 0);
+  assert_int_equal(fx_poll(f), 0);
   fx_free(f);
 }
 
@@ -537,6 +537,59 @@ static void loading_a_loaded_mod_again_says_why(void **state) {
   fx_free(f);
 }
 
+/* luna_mods_find and luna_mods_poll return an error code only, and their
+   results (an index, a count of reloads) through out-parameters: an index
+   or a count was returned through the same int as LUNA_ENOENT and
+   LUNA_ESTATE, so a caller could take an error for a mod's place or a
+   count. On an error the out-parameter is left alone. */
+static size_t polled = 7;
+static int poll_from_inside(lua_State *L) {
+  luna_mods *set = (luna_mods *)lua_touserdata(L, lua_upvalueindex(1));
+  lua_pushinteger(L, luna_mods_poll(set, &polled));
+  return 1;
+}
+
+static void find_and_poll_report_errors_apart_from_results(void **state) {
+  fixture *f = fx_new(NULL);
+  size_t index = 99, n = 99;
+  lua_State *L;
+  (void)state;
+  fx_write(f, "a/manifest.lua", "return {name = 'a', load_order = 1}");
+  fx_write(f, "a/mod.lua", "print('a')");
+  fx_write(f, "b/manifest.lua", "return {name = 'b', load_order = 2}");
+  fx_write(f, "b/mod.lua", "task.spawn(function() task.yield(); rc = poll() end)");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  assert_int_equal(luna_mods_find(f->set, "b", &index), 0);
+  assert_int_equal(index, 1);
+  assert_int_equal(luna_mods_find(f->set, "a", &index), 0);
+  assert_int_equal(index, 0);
+  assert_int_equal(luna_mods_find(f->set, "a", NULL), 0);
+  assert_int_equal(luna_mods_find(f->set, "nope", &index), LUNA_ENOENT);
+  assert_int_equal(index, 0);
+  assert_int_equal(luna_mods_find(f->set, NULL, &index), LUNA_EINVAL);
+  assert_int_equal(luna_mods_find(NULL, "a", &index), LUNA_EINVAL);
+  assert_int_equal(index, 0);
+  assert_int_equal(luna_mods_poll(f->set, &n), 0);
+  assert_int_equal(n, 0);
+  fx_write(f, "a/mod.lua", "print('a again')");
+  assert_int_equal(luna_mods_poll(f->set, &n), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(luna_mods_poll(f->set, NULL), 0);
+  assert_int_equal(luna_mods_poll(NULL, &n), LUNA_EINVAL);
+  assert_int_equal(n, 1);
+  /* From a mod's task: LUNA_ESTATE, and the count is not written. */
+  L = luna_mods_state(f->set, "b");
+  assert_non_null(L);
+  lua_pushlightuserdata(L, f->set);
+  lua_pushcclosure(L, poll_from_inside, 1);
+  lua_setglobal(L, "poll");
+  fx_frames(f, 1);
+  assert_int_equal(fx_global(f, "b", "rc"), LUNA_ESTATE);
+  assert_int_equal(polled, 7);
+  assert_string_equal(f->out, "[a] a\n[a] a again\n");
+  fx_free(f);
+}
+
 /* An on_unload that fails (here: its result cannot be copied) is reported
    and counted, in the set's count and in the mod's errors. */
 static void failed_on_unload_is_counted(void **state) {
@@ -622,8 +675,8 @@ static void hot_reload_on_file_change(void **state) {
   assert_has(f->rep, "m: files changed: reloading");
   /* A new module file counts as a change too; poll checks at once. */
   fx_write(f, "m/extra.lua", "return 1");
-  assert_int_equal(luna_mods_poll(f->set), 1);
-  assert_int_equal(luna_mods_poll(f->set), 0);
+  assert_int_equal(fx_poll(f), 1);
+  assert_int_equal(fx_poll(f), 0);
   assert_int_equal(fx_info(f, "m").loads, 3);
   fx_free(f);
 }
@@ -636,7 +689,7 @@ static void hot_reload_retries_a_failed_mod(void **state) {
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), LUNA_EINVAL);
   assert_int_equal(fx_info(f, "m").state, LUNA_MOD_FAILED);
   fx_write(f, "m/mod.lua", "print('fixed!')");
-  assert_int_equal(luna_mods_poll(f->set), 1);
+  assert_int_equal(fx_poll(f), 1);
   assert_int_equal(fx_info(f, "m").state, LUNA_MOD_LOADED);
   assert_has(f->out, "[m] fixed!");
   fx_free(f);
@@ -799,6 +852,7 @@ int main(void) {
       cmocka_unit_test(reload_cancels_tasks_and_carries_state),
       cmocka_unit_test(unload_cancels_tasks),
       cmocka_unit_test(loading_a_loaded_mod_again_says_why),
+      cmocka_unit_test(find_and_poll_report_errors_apart_from_results),
       cmocka_unit_test(failed_on_unload_is_counted),
       cmocka_unit_test(unload_all_counts_errors_of_the_cancellation),
       cmocka_unit_test(hot_reload_on_file_change),
