@@ -93,6 +93,22 @@ static char *dup_n(const char *s, size_t n) {
   return p;
 }
 
+/* Field `field` of the table at index 1, when set, into *out (malloc'ed,
+   replacing what *out held); raises `expected` (a format taking MAX_NAME)
+   when it is not a string that `valid` accepts. */
+static void take_string(lua_State *L, const char *field, bool (*valid)(const char *, size_t),
+                        const char *expected, char **out) {
+  size_t len;
+  const char *s;
+  if (lua_getfield(L, 1, field) == LUA_TNIL)
+    return;
+  s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+  if (s == NULL || !valid(s, len))
+    luaL_error(L, expected, MAX_NAME);
+  free(*out);
+  *out = dup_n(s, len);
+}
+
 /* Protected: checks the table returned by the chunk (at index 1) and fills
    the manifest (light userdata at index 2). */
 static int check_table(lua_State *L) {
@@ -110,22 +126,13 @@ static int check_table(lua_State *L) {
                            "depends, load_order)", k != NULL ? k : luaL_typename(L, -2));
     lua_pop(L, 1);
   }
-  if (lua_getfield(L, 1, "name") != LUA_TNIL) {
-    s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
-    if (s == NULL || !valid_name(s, len))
-      return luaL_error(L, "manifest.lua: name must be 1-%d letters, digits, '_', '-' or '.', "
-                           "starting with a letter, a digit or '_', and not 'host'", MAX_NAME);
-    free(man->name);
-    man->name = dup_n(s, len);
-  }
-  if (lua_getfield(L, 1, "version") != LUA_TNIL) {
-    s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
-    if (s == NULL || !valid_version(s, len))
-      return luaL_error(L, "manifest.lua: version must be 1-%d letters, digits, '.', '-', '+', "
-                           "'_' or '~'", MAX_NAME);
-    free(man->version);
-    man->version = dup_n(s, len);
-  }
+  take_string(L, "name", valid_name,
+              "manifest.lua: name must be 1-%d letters, digits, '_', '-' or '.', starting "
+              "with a letter, a digit or '_', and not 'host'",
+              &man->name);
+  take_string(L, "version", valid_version,
+              "manifest.lua: version must be 1-%d letters, digits, '.', '-', '+', '_' or '~'",
+              &man->version);
   if (lua_getfield(L, 1, "load_order") != LUA_TNIL) {
     if (!lua_isinteger(L, -1))
       return luaL_error(L, "manifest.lua: load_order must be an integer");

@@ -177,11 +177,11 @@ static bool read_manifest(luna_mods *set, luna__mod *m) {
   return true;
 }
 
-/* Unloads (keeping on_unload's result) and loads m again. */
-static int reload(luna_mods *set, luna__mod *m) {
+/* Loads m, whose state is closed: its manifest (again), its name, its
+   dependencies, then its state. A name clash keeps m out of the set's
+   names until it is renamed. 0 or LUNA_EINVAL (m failed and reported). */
+static int load_mod(luna_mods *set, luna__mod *m) {
   const char *dep;
-  if (m->L != NULL)
-    luna__mod_close(m, true, true);
   if (!read_manifest(set, m))
     return LUNA_EINVAL;
   if ((dep = missing_dependency(set, m)) != NULL) {
@@ -189,6 +189,23 @@ static int reload(luna_mods *set, luna__mod *m) {
     return LUNA_EINVAL;
   }
   return open_mod(set, m) ? 0 : LUNA_EINVAL;
+}
+
+/* Unloads (keeping on_unload's result) and loads m again. */
+static int reload(luna_mods *set, luna__mod *m) {
+  if (m->L != NULL)
+    luna__mod_close(m, true, true);
+  return load_mod(set, m);
+}
+
+/* The checks of the calls that change one mod by name: 0 with *out, or
+   LUNA_EINVAL, LUNA_ENOENT, LUNA_ESTATE (inside a mod). */
+static int find_to_change(luna_mods *set, const char *name, luna__mod **out) {
+  if (set == NULL || name == NULL)
+    return LUNA_EINVAL;
+  if ((*out = find_name(set, name)) == NULL)
+    return LUNA_ENOENT;
+  return inside_mod(set) ? LUNA_ESTATE : 0;
 }
 
 static void process_disables(luna_mods *set) {
@@ -508,7 +525,6 @@ LUNA_API int luna_mods_load_dir(luna_mods *set, const char *dir) {
 LUNA_API int luna_mods_load(luna_mods *set, const char *path) {
   char real[PATH_MAX];
   luna__mod *m;
-  const char *dep;
   if (set == NULL || path == NULL)
     return LUNA_EINVAL;
   if (inside_mod(set))
@@ -531,25 +547,14 @@ LUNA_API int luna_mods_load(luna_mods *set, const char *path) {
     luna__mod_free(m);
     return LUNA_ENOMEM;
   }
-  if (!read_manifest(set, m)) {
-    /* A name clash keeps the mod out of the set's names: rename it. */
-    return LUNA_EINVAL;
-  }
-  if ((dep = missing_dependency(set, m)) != NULL) {
-    fail_dependency(set, m, "it depends on '%s', which is not loaded", dep, "");
-    return LUNA_EINVAL;
-  }
-  return open_mod(set, m) ? 0 : LUNA_EINVAL;
+  return load_mod(set, m);
 }
 
 LUNA_API int luna_mods_unload(luna_mods *set, const char *name) {
   luna__mod *m;
-  if (set == NULL || name == NULL)
-    return LUNA_EINVAL;
-  if ((m = find_name(set, name)) == NULL)
-    return LUNA_ENOENT;
-  if (inside_mod(set))
-    return LUNA_ESTATE;
+  int rc = find_to_change(set, name, &m);
+  if (rc != 0)
+    return rc;
   luna__mods_report(set, m->man.name, "unloading");
   luna__mod_close(m, true, false);
   m->state = LUNA_MOD_UNLOADED;
@@ -574,12 +579,9 @@ LUNA_API int luna_mods_unload_all(luna_mods *set) {
 
 LUNA_API int luna_mods_reload(luna_mods *set, const char *name) {
   luna__mod *m;
-  if (set == NULL || name == NULL)
-    return LUNA_EINVAL;
-  if ((m = find_name(set, name)) == NULL)
-    return LUNA_ENOENT;
-  if (inside_mod(set))
-    return LUNA_ESTATE;
+  int rc = find_to_change(set, name, &m);
+  if (rc != 0)
+    return rc;
   set->last_error[0] = '\0';
   luna__mods_report(set, m->man.name, "reloading");
   return reload(set, m);
