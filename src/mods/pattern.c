@@ -223,7 +223,9 @@ static const char *backref(matcher *ms, const char *s, int digit) {
   return NULL;
 }
 
-/* The end of the match of pattern p at s, or NULL. */
+/* The end of the match of pattern p at s, or NULL. One switch over the
+   pattern item, as lstrlib.c's match (its loop and gotos), kept whole so the
+   two can be read side by side; hence its length. */
 static const char *match(matcher *ms, const char *s, const char *p) {
   if (++ms->depth > MAX_DEPTH)
     luaL_error(ms->L, "pattern too complex");

@@ -525,11 +525,17 @@ static void build_task_module(lua_State *L) {
 
 /* ---- building the environment ------------------------------------------------------------ */
 
-static void copy_fields(lua_State *L, int from, const char *const *names) {
+/* Sets to[name] = from[name] for each name (from and to absolute). */
+static void copy_fields_from(lua_State *L, int from, int to, const char *const *names) {
   for (; *names != NULL; names++) {
     lua_getfield(L, from, *names);
-    lua_setfield(L, -2, *names);
+    lua_setfield(L, to, *names);
   }
+}
+
+/* The same into the table on top of L. */
+static void copy_fields(lua_State *L, int from, const char *const *names) {
+  copy_fields_from(L, from, lua_gettop(L), names);
 }
 
 static void new_weak_set(lua_State *L, const void *key) {
@@ -544,24 +550,16 @@ static const luaL_Reg replaced[] = {
     {"setmetatable", l_setmetatable}, {"getmetatable", l_getmetatable},
     {NULL, NULL}};
 
-void luna__sandbox_open(lua_State *L, luna__mod *m) {
+/* The base library's safe functions, and the replaced ones, into the
+   sandbox S (G: the stock globals). */
+static void add_base(lua_State *L, int G, int S) {
   static const char *const base[] = {
       "assert", "error",  "ipairs", "next",     "pairs",  "pcall",    "xpcall",
       "rawequal", "rawget", "rawset", "rawlen", "select", "tonumber", "tostring",
       "type",   "_VERSION", NULL};
-  static const char *const os_safe[] = {"time", "clock", "date", "difftime", NULL};
-  static const char *const co_safe[] = {"yield", "status", "running", "isyieldable", NULL};
-  int G, S, loaded;
-  new_weak_set(L, &own_mts_key);
-  new_weak_set(L, &own_threads_key);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-  G = lua_gettop(L);
-  lua_newtable(L);
-  S = lua_gettop(L);
   copy_fields(L, G, base);
   lua_pushvalue(L, S);
   lua_setfield(L, S, "_G");
-
   lua_getfield(L, G, "load");
   lua_pushcclosure(L, l_load, 1);
   lua_setfield(L, S, "load");
@@ -573,7 +571,11 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   lua_getfield(L, G, "collectgarbage");
   lua_pushcclosure(L, l_collectgarbage, 1);
   lua_setfield(L, S, "collectgarbage");
+}
 
+/* string, table, math, utf8 and os into the sandbox S. */
+static void add_libraries(lua_State *L, luna__mod *m, int G, int S) {
+  static const char *const os_safe[] = {"time", "clock", "date", "difftime", NULL};
   /* string: the state's own library without dump, with the bounded
      pattern matcher and rep (it is also the string metatable's __index, so
      ("").dump is gone too and ("x"):find is bounded). */
@@ -613,44 +615,51 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
   copy_fields(L, lua_gettop(L) - 1, os_safe);
   lua_setfield(L, S, "os");
   lua_pop(L, 1);
+}
 
-  lua_newtable(L); /* coroutine */
+/* coroutine into the sandbox S: the safe functions, and create, resume,
+   close and wrap that keep to the mod's own coroutines. */
+static void add_coroutine(lua_State *L, int G, int S) {
+  static const char *const co_safe[] = {"yield", "status", "running", "isyieldable", NULL};
+  int co, out;
+  lua_newtable(L);
   lua_getfield(L, G, "coroutine");
-  {
-    int co = lua_gettop(L), out = co - 1;
-    int i;
-    for (i = 0; co_safe[i] != NULL; i++) {
-      lua_getfield(L, co, co_safe[i]);
-      lua_setfield(L, out, co_safe[i]);
-    }
-    lua_pushcfunction(L, l_co_create);
-    lua_setfield(L, out, "create");
-    lua_getfield(L, co, "resume");
-    lua_pushliteral(L, "coroutine.resume");
-    lua_pushcclosure(L, l_co_guarded, 2);
-    lua_setfield(L, out, "resume");
-    lua_getfield(L, co, "close");
-    lua_pushliteral(L, "coroutine.close");
-    lua_pushcclosure(L, l_co_guarded, 2);
-    lua_setfield(L, out, "close");
-    if (luaL_loadbufferx(L, wrap_lua, sizeof wrap_lua - 1, "=coroutine.wrap", "t") != LUA_OK)
-      lua_error(L);
-    lua_getfield(L, out, "create");
-    lua_getfield(L, out, "resume");
-    lua_getfield(L, out, "status");
-    lua_getfield(L, out, "close");
-    lua_getfield(L, G, "error");
-    lua_getfield(L, G, "table");
-    lua_getfield(L, -1, "pack");
-    lua_getfield(L, -2, "unpack");
-    lua_remove(L, -3);
-    lua_call(L, 7, 1);
-    lua_setfield(L, out, "wrap");
-    lua_pop(L, 1);
-  }
+  co = lua_gettop(L);
+  out = co - 1;
+  copy_fields_from(L, co, out, co_safe);
+  lua_pushcfunction(L, l_co_create);
+  lua_setfield(L, out, "create");
+  lua_getfield(L, co, "resume");
+  lua_pushliteral(L, "coroutine.resume");
+  lua_pushcclosure(L, l_co_guarded, 2);
+  lua_setfield(L, out, "resume");
+  lua_getfield(L, co, "close");
+  lua_pushliteral(L, "coroutine.close");
+  lua_pushcclosure(L, l_co_guarded, 2);
+  lua_setfield(L, out, "close");
+  if (luaL_loadbufferx(L, wrap_lua, sizeof wrap_lua - 1, "=coroutine.wrap", "t") != LUA_OK)
+    lua_error(L);
+  lua_getfield(L, out, "create");
+  lua_getfield(L, out, "resume");
+  lua_getfield(L, out, "status");
+  lua_getfield(L, out, "close");
+  lua_getfield(L, G, "error");
+  lua_getfield(L, G, "table");
+  lua_getfield(L, -1, "pack");
+  lua_getfield(L, -2, "unpack");
+  lua_remove(L, -3);
+  lua_call(L, 7, 1);
+  lua_setfield(L, out, "wrap");
+  lua_pop(L, 1);
   lua_setfield(L, S, "coroutine");
+}
 
-  /* task and mods, also through require. */
+/* task and mods into the sandbox S, and require's cache of the sandbox's
+   modules. */
+static void add_modules(lua_State *L, int S) {
+  static const char *const preload[] = {"string", "table", "math", "utf8", "os",
+                                        "coroutine", "mods", NULL};
+  int loaded;
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   lua_getfield(L, -1, "lunaloop");
   lua_remove(L, -2);
@@ -668,19 +677,24 @@ void luna__sandbox_open(lua_State *L, luna__mod *m) {
 
   lua_newtable(L);
   loaded = lua_gettop(L);
-  {
-    static const char *const preload[] = {"string", "table", "math", "utf8", "os",
-                                          "coroutine", "mods", NULL};
-    int i;
-    for (i = 0; preload[i] != NULL; i++) {
-      lua_getfield(L, S, preload[i]);
-      lua_setfield(L, loaded, preload[i]);
-    }
-    lua_getfield(L, S, "task");
-    lua_setfield(L, loaded, "lunaloop");
-  }
+  copy_fields_from(L, S, loaded, preload);
+  lua_getfield(L, S, "task");
+  lua_setfield(L, loaded, "lunaloop");
   lua_rawsetp(L, LUA_REGISTRYINDEX, &loaded_key);
+}
 
+void luna__sandbox_open(lua_State *L, luna__mod *m) {
+  int G, S;
+  new_weak_set(L, &own_mts_key);
+  new_weak_set(L, &own_threads_key);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+  G = lua_gettop(L);
+  lua_newtable(L);
+  S = lua_gettop(L);
+  add_base(L, G, S);
+  add_libraries(L, m, G, S);
+  add_coroutine(L, G, S);
+  add_modules(L, S);
   /* The sandbox becomes the state's global table. */
   lua_pushvalue(L, S);
   lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);

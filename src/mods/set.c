@@ -397,24 +397,13 @@ static void break_cycle(luna_mods *set, luna__mod **pend, size_t npend) {
   }
 }
 
-LUNA_API int luna_mods_load_dir(luna_mods *set, const char *dir) {
-  DIR *d;
+/* The candidates of `d` (dir's listing): subfolders with a mod.lua, not
+   known to the set yet, each a new mod in a malloc'ed array (*n of them).
+   Stops early when out of memory: the mods found so far are loaded. */
+static luna__mod **list_candidates(luna_mods *set, const char *dir, DIR *d, size_t *n) {
   struct dirent *e;
   luna__mod **pend = NULL;
-  size_t npend = 0, cap = 0, i;
-  bool any_failed = false;
-  if (set == NULL || dir == NULL)
-    return LUNA_EINVAL;
-  if (inside_mod(set))
-    return LUNA_ESTATE;
-  set->last_error[0] = '\0';
-  d = opendir(dir);
-  if (d == NULL) {
-    snprintf(set->last_error, sizeof set->last_error, "cannot read '%s': %s", dir,
-             strerror(errno));
-    return LUNA_EINVAL;
-  }
-  /* Candidates: subfolders with a mod.lua, not known to the set yet. */
+  size_t npend = 0, cap = 0;
   while ((e = readdir(d)) != NULL) {
     char path[PATH_MAX], real[PATH_MAX], file[PATH_MAX + 16];
     struct stat st;
@@ -440,11 +429,18 @@ LUNA_API int luna_mods_load_dir(luna_mods *set, const char *dir) {
       break;
     pend[npend++] = m;
   }
-  closedir(d);
+  *n = npend;
+  return pend;
+}
 
-  /* Manifests; bad ones fail at once, and so does every mod that claims a
-     name another mod claims (all of them, so that the order in which the
-     folder lists them decides nothing). */
+/* Reads the candidates' manifests; bad ones fail at once, and so does
+   every mod that claims a name another mod claims (all of them, so that
+   the order in which the folder lists them decides nothing). Then sorts
+   them by load_order and name and lists the failed ones in the set. True
+   when some failed. */
+static bool read_candidates(luna_mods *set, luna__mod **pend, size_t npend) {
+  size_t i;
+  bool any_failed = false;
   for (i = 0; i < npend; i++) {
     char err[400];
     pend[i]->state = PENDING;
@@ -472,44 +468,74 @@ LUNA_API int luna_mods_load_dir(luna_mods *set, const char *dir) {
       append(set, pend[i]);
       any_failed = true;
     }
+  return any_failed;
+}
 
+/* Decides the pending mod m if it can be now: fails it (a dependency is
+   missing or failed: true, *failed set) or loads it (its dependencies are
+   all loaded: true, *failed when the load failed); false while a
+   dependency is still pending. */
+static bool decide(luna_mods *set, const char *dir, luna__mod **pend, size_t npend,
+                   luna__mod *m, bool *failed) {
+  size_t k;
+  bool ready = true;
+  for (k = 0; k < m->man.ndepends; k++) {
+    const char *dn = m->man.depends[k];
+    luna__mod *dm = find_name(set, dn);
+    luna__mod *dp = find_among(pend, npend, dn);
+    if (dm == NULL && (dp == NULL || dp->state == LUNA_MOD_FAILED)) {
+      if (dp != NULL)
+        fail_dependency(set, m, "it depends on '%s', which failed to load", dn, "");
+      else
+        fail_dependency(set, m, "it depends on '%s', which is not in %s", dn, dir);
+      append(set, m);
+      *failed = true;
+      return true;
+    } else if (dm == NULL || dm->state == PENDING) {
+      ready = false;
+    } else if (dm->state != LUNA_MOD_LOADED) {
+      fail_dependency(set, m, "it depends on '%s', which failed to load", dn, "");
+      append(set, m);
+      *failed = true;
+      return true;
+    }
+  }
+  if (!ready)
+    return false;
+  append(set, m);
+  if (!open_mod(set, m))
+    *failed = true;
+  return true;
+}
+
+LUNA_API int luna_mods_load_dir(luna_mods *set, const char *dir) {
+  DIR *d;
+  luna__mod **pend;
+  size_t npend, i;
+  bool any_failed;
+  if (set == NULL || dir == NULL)
+    return LUNA_EINVAL;
+  if (inside_mod(set))
+    return LUNA_ESTATE;
+  set->last_error[0] = '\0';
+  d = opendir(dir);
+  if (d == NULL) {
+    snprintf(set->last_error, sizeof set->last_error, "cannot read '%s': %s", dir,
+             strerror(errno));
+    return LUNA_EINVAL;
+  }
+  pend = list_candidates(set, dir, d, &npend);
+  closedir(d);
+  any_failed = read_candidates(set, pend, npend);
   /* Load in dependency order: each round loads (or fails) the first pending
      mod, by load_order and name, whose dependencies are all decided. */
   for (;;) {
     bool progress = false, left = false;
     for (i = 0; i < npend && !progress; i++) {
-      luna__mod *m = pend[i];
-      size_t k;
-      bool ready = true;
-      if (m->state != PENDING)
+      if (pend[i]->state != PENDING)
         continue;
       left = true;
-      for (k = 0; k < m->man.ndepends && !progress; k++) {
-        const char *dn = m->man.depends[k];
-        luna__mod *dm = find_name(set, dn);
-        luna__mod *dp = find_among(pend, npend, dn);
-        if (dm == NULL && (dp == NULL || dp->state == LUNA_MOD_FAILED)) {
-          if (dp != NULL)
-            fail_dependency(set, m, "it depends on '%s', which failed to load", dn, "");
-          else
-            fail_dependency(set, m, "it depends on '%s', which is not in %s", dn, dir);
-          progress = true;
-        } else if (dm == NULL || dm->state == PENDING) {
-          ready = false;
-        } else if (dm->state != LUNA_MOD_LOADED) {
-          fail_dependency(set, m, "it depends on '%s', which failed to load", dn, "");
-          progress = true;
-        }
-      }
-      if (progress) {
-        append(set, m);
-        any_failed = true;
-      } else if (ready) {
-        append(set, m);
-        if (!open_mod(set, m))
-          any_failed = true;
-        progress = true;
-      }
+      progress = decide(set, dir, pend, npend, pend[i], &any_failed);
     }
     if (!left)
       break;
