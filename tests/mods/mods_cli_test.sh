@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/mods/mods_cli_test.sh LUNALOOP ROOT CASE: `lunaloop mods` (issue #6,
-# docs/modding.md). Each `case_NAME` function is the ctest test
+# tests/mods/mods_cli_test.sh LUNALOOP ROOT CASE: `lunaloop mods`
+# (docs/modding.md). Each `case_NAME` function is the ctest test
 # mods.cli.NAME (registered by CMakeLists.txt).
 set -euo pipefail
 
@@ -73,7 +73,7 @@ case_frames() {
 
 # Two tasks of a mod passing values over a channel for ever: each turn is
 # a resume of its own (a fresh budget), so the first frame never ended and
-# the host never got control back. A drain of wake-ups now stops after
+# the host never got control back. A drain of wake-ups stops after
 # 100,000 resumes, so the frames end and --frames stops the run, even
 # without a time budget (which would end each frame's drain sooner).
 case_channel_ping_pong_lets_frames_end() {

@@ -32,7 +32,7 @@ static fixture *timed(int seconds, unsigned max_overruns) {
 }
 
 /* Twenty deferred tasks used to get a fresh budget each, all in one frame,
-   for ever. Now the mod's frame holds five of them (one second each); the
+   for ever. The mod's frame holds five of them (one second each); the
    others wait, in order, for the next frames, and each frame that reached
    the budget counts one time overrun. */
 static void deferred_tasks_past_the_budget_wait_for_the_next_frame(void **state) {
@@ -141,7 +141,7 @@ static void channel_ping_pong_stops_at_the_budget(void **state) {
            "while true do ch:receive() end\n");
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   fx_frames(f, 1);
-  assert_true(fx_global(f, "p", "hops") < 100); /* (was 100,000 a frame) */
+  assert_true(fx_global(f, "p", "hops") < 100); /* not the drain's 100,000 */
   fx_frames(f, 3);
   assert_int_equal(fx_info(f, "p").state, LUNA_MOD_DISABLED);
   assert_lacks(f->out, "frame");
