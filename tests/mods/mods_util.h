@@ -55,21 +55,23 @@ static inline void fx_report(void *ud, const char *mod, const char *msg) {
   fx_append(f->rep, &f->replen, sizeof f->rep, "%s: %s\n", mod != NULL ? mod : "-", msg);
 }
 
-/* Creates the folder, the loop and the set; cfg may be NULL (then files
-   are never watched). */
+/* The defaults, with files never watched (tests poll when they want). */
+static inline luna_mods_config fx_config(void) {
+  luna_mods_config c;
+  memset(&c, 0, sizeof c);
+  c.watch_frames = -1;
+  return c;
+}
+
+/* Creates the folder, the loop and the set; cfg may be NULL (then
+   fx_config()). */
 static inline fixture *fx_new(const luna_mods_config *cfg) {
   fixture *f = (fixture *)calloc(1, sizeof *f);
-  luna_mods_config c;
+  luna_mods_config c = cfg != NULL ? *cfg : fx_config();
   assert_non_null(f);
   strcpy(f->dir, "/tmp/lunaloop-mods-XXXXXX");
   assert_non_null(mkdtemp(f->dir));
   assert_int_equal(luna_loop_new(NULL, &f->loop), 0);
-  if (cfg != NULL)
-    c = *cfg;
-  else {
-    memset(&c, 0, sizeof c);
-    c.watch_frames = -1;
-  }
   /* The time budget measures the real clock unless a test installs its
      own: a generous one keeps the other tests from depending on how busy
      the machine is. */

@@ -20,8 +20,7 @@ static void bus_and_subscriptions_are_charged_to_the_mods_cap(void **state) {
   luna_mods_config c;
   fixture *f;
   (void)state;
-  memset(&c, 0, sizeof c);
-  c.watch_frames = -1;
+  c = fx_config();
   c.memory_limit = 1u << 20;
   f = fx_new(&c);
   fx_write(f, "a/mod.lua",

@@ -13,8 +13,7 @@
 
 static luna_mods_config budget_config(unsigned max_overruns) {
   luna_mods_config c;
-  memset(&c, 0, sizeof c);
-  c.watch_frames = -1;
+  c = fx_config();
   c.instruction_limit = BUDGET;
   c.max_overruns = max_overruns;
   return c;
@@ -442,8 +441,7 @@ static void memory_cap_refuses_and_host_continues(void **state) {
   luna_mods_config c;
   fixture *f;
   (void)state;
-  memset(&c, 0, sizeof c);
-  c.watch_frames = -1;
+  c = fx_config();
   c.memory_limit = 2 * 1024 * 1024;
   c.max_overruns = 2;
   f = fx_new(&c);
@@ -734,8 +732,7 @@ static void bus_refuses_what_cannot_cross(void **state) {
   luna_mods_config c;
   fixture *f;
   (void)state;
-  memset(&c, 0, sizeof c);
-  c.watch_frames = -1;
+  c = fx_config();
   c.message_limit = 4096;
   f = fx_new(&c);
   fx_write(f, "a/mod.lua",
@@ -809,8 +806,7 @@ static void bus_refuses_more_than_64_message_limits_of_bytes(void **state) {
   fixture *f;
   char big[4000];
   (void)state;
-  memset(&c, 0, sizeof c);
-  c.watch_frames = -1;
+  c = fx_config();
   c.message_limit = 4096;
   f = fx_new(&c);
   memset(big, 'x', sizeof big);

@@ -113,8 +113,7 @@ static uint64_t run(char *out, size_t outcap, char *rep, size_t repcap) {
   fixture *f = g_fx;
   luna_mods_config cfg;
   uint64_t errors;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.watch_frames = -1;
+  cfg = fx_config();
   cfg.memory_limit = 4u << 20;
   cfg.alloc = faulty_alloc;
   cfg.alloc_ud = &g_faults;
@@ -205,8 +204,7 @@ static void a_close_handler_that_fills_memory_stops_at_the_cap(void **state) {
   fixture *f;
   luna_mod_info info;
   (void)state;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.watch_frames = -1;
+  cfg = fx_config();
   cfg.memory_limit = 1u << 20;
   f = fx_new(&cfg);
   fx_write(f, "s/mod.lua",

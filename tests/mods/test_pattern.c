@@ -102,8 +102,7 @@ static void pattern_steps_count_against_the_instruction_budget(void **state) {
   luna_mods_config c;
   fixture *f;
   (void)state;
-  memset(&c, 0, sizeof c);
-  c.watch_frames = -1;
+  c = fx_config();
   c.instruction_limit = 100000;
   f = fx_new(&c);
   /* Each call takes about 10,000 steps (two at each of 5,000 places) and

@@ -22,8 +22,7 @@ static luna_ns fake_clock(void *ud) {
 /* A set whose mods get `seconds` of the fake clock per frame. */
 static fixture *timed(int seconds, unsigned max_overruns) {
   luna_mods_config c;
-  memset(&c, 0, sizeof c);
-  c.watch_frames = -1;
+  c = fx_config();
   c.time_limit = (luna_ns)seconds * 1000000000;
   c.clock = fake_clock;
   c.max_overruns = max_overruns;

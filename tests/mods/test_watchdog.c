@@ -34,8 +34,7 @@ static void watchdog_stops_a_loop_of_slow_c_calls(void **state) {
   fixture *f;
   lua_State *L;
   (void)state;
-  memset(&c, 0, sizeof c);
-  c.watch_frames = -1;
+  c = fx_config();
   c.time_limit = 20 * (luna_ns)1000000;
   f = fx_new(&c);
   fx_write(f, "w/mod.lua", "task.yield()\nwhile true do slow() end\n");
