@@ -114,6 +114,9 @@ static uint64_t run(char *out, size_t outcap, char *rep, size_t repcap) {
   luna_mods_config cfg;
   uint64_t errors;
   cfg = fx_config();
+  /* Memory is what this sweep is about: a time budget as generous as
+     fx_new's keeps a busy machine from stopping a run part-way. */
+  cfg.time_limit = (luna_ns)60 * 1000000000;
   cfg.memory_limit = 4u << 20;
   cfg.alloc = faulty_alloc;
   cfg.alloc_ud = &g_faults;
