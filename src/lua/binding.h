@@ -712,9 +712,10 @@ void luna__check_cancelled(lua_State *L, luna__binding *b, bool before);
 void luna__open_await(lua_State *L, luna__binding *b);
 
 /* ---- internal.c: primitives for the Lua-side composition code ---------- */
-/* The chunk name of lua/lunaloop/compose.lua: where an await is, the
-   introspection skips its frames for the user's call into it. */
-#define LUNA__COMPOSE_CHUNK "=lunaloop/compose.lua"
+/* The names of the module's Lua chunks (the files of lua/lunaloop/, chunks.h) all
+   begin with this: where an await is, the introspection skips their frames
+   for the user's call into them. */
+#define LUNA__CHUNK_PREFIX "=lunaloop/"
 void luna__open_compose(lua_State *L);
 
 /* ---- introspect.c: task.list, task.stats, t:info ------------------------ */
