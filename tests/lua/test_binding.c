@@ -17,20 +17,7 @@
 
 #include "lunaloop.h"
 #include "lunaloop_lua.h"
-
-static lua_State *new_state(luna_loop *loop) {
-  lua_State *L = luaL_newstate();
-  luaL_openlibs(L);
-  assert_int_equal(luna_lua_attach(L, loop), 0);
-  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
-  lua_setglobal(L, "task");
-  return L;
-}
-
-static void run(lua_State *L, const char *code) {
-  if (luaL_dostring(L, code) != LUA_OK)
-    fail_msg("lua: %s", lua_tostring(L, -1));
-}
+#include "state_fixture.h"
 
 static lua_Integer global_int(lua_State *L, const char *name) {
   lua_Integer v;

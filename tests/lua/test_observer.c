@@ -18,6 +18,7 @@
 #include "binding.h"
 #include "lunaloop.h"
 #include "lunaloop_lua.h"
+#include "state_fixture.h"
 
 /* What the observer saw, as text: "+name@timing" for a begin, "-name" for
    an end, "*id" for a creation; names are "#id" when unnamed. */
@@ -46,20 +47,6 @@ static void on_begin(void *ud, const luna_lua_task_event *ev) {
 static void on_end(void *ud, const luna_lua_task_event *ev) {
   (void)ud;
   note("%c%s ", ev, '-');
-}
-
-static lua_State *new_state(luna_loop *loop) {
-  lua_State *L = luaL_newstate();
-  luaL_openlibs(L);
-  assert_int_equal(luna_lua_attach(L, loop), 0);
-  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
-  lua_setglobal(L, "task");
-  return L;
-}
-
-static void run(lua_State *L, const char *code) {
-  if (luaL_dostring(L, code) != LUA_OK)
-    fail_msg("lua: %s", lua_tostring(L, -1));
 }
 
 static void observer_sees_every_resume_with_its_name_and_timing(void **state) {
