@@ -156,7 +156,7 @@ H.case("spawn_runs_now_until_first_await", function()
   H.eq(log, {5, "returned", "after"})
 end)
 
-H.case("every_timing_runs_in_design_order", function()
+H.case("timings_run_in_the_documented_frame_order", function()
   local log = {}
   for _, name in ipairs(task.timings) do
     task.spawn_at(name, function() log[#log + 1] = testhost.timing() end)
