@@ -57,7 +57,7 @@ static void observer_sees_every_resume_with_its_name_and_timing(void **state) {
   (void)state;
   seen[0] = '\0';
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_state(loop);
+  L = new_task_state(loop);
   assert_int_equal(luna_lua_set_observer(L, &obs), 0);
   /* a spawns b inside its first resume: b's resume nests in a's */
   run(L, "a = task.defer(function()\n"
@@ -124,7 +124,7 @@ static void public_and_internal_observers_see_the_same_resumes(void **state) {
   (void)state;
   seen[0] = '\0';
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_state(loop);
+  L = new_task_state(loop);
   assert_true(luna__set_observer(L, LUNA__OBSERVER_BUDGET, &internal));
   assert_int_equal(luna_lua_set_observer(L, &obs), 0);
   run(L, "for i = 1, 3 do task.spawn(function() task.yield(); task.yield() end) end");
