@@ -54,7 +54,7 @@ pkg_check_modules(LUNALOOP_LUA54 REQUIRED QUIET IMPORTED_TARGET lua5.4)
 foreach(kind static shared)
   string(TOUPPER ${kind} KIND)
   add_library(lunaloop_${kind} ${KIND}
-              ${LUNA_CORE_SOURCES} ${LUNA_LUA_SOURCES} ${CMAKE_BINARY_DIR}/compose_lua.c
+              ${LUNA_CORE_SOURCES} ${LUNA_LUA_SOURCES} ${LUNA_LUA_CHUNKS_C}
               ${LUNA_MODS_SOURCES})
   target_include_directories(lunaloop_${kind}
     PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>

@@ -24,8 +24,8 @@ dependencies = {
   "lua >= 5.4, < 5.5",
 }
 build = {
-  -- The cmake build type rather than builtin: the module embeds
-  -- lua/lunaloop/compose.lua as a C array that the build generates
+  -- The cmake build type rather than builtin: the module embeds the Lua
+  -- chunks of lua/lunaloop/ as C arrays that the build generates
   -- (cmake/embed.cmake), which builtin cannot do, and its sources, flags and
   -- defines stay in CMakeLists.txt alone instead of a second list here.
   -- Debian's luarocks (3.8) has the cmake type; it needs cmake on the PATH.

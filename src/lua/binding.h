@@ -666,7 +666,7 @@ int luna__l_await(lua_State *L);
 luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *what);
 /* The same, with the position of a message error taken at `level` (as Lua's
    error(): 1 is the caller of the C function), for awaits written in Lua
-   (compose.lua) whose errors should point at the user's call. */
+   (lua/lunaloop/) whose errors should point at the user's call. */
 luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *what, int level);
 /* Suspends the calling task (whose wait is armed) until woken. */
 int luna__suspend(lua_State *L, luna__task *t);
@@ -710,9 +710,10 @@ void luna__check_cancelled(lua_State *L, luna__binding *b, bool before);
 void luna__open_await(lua_State *L, luna__binding *b);
 
 /* ---- internal.c: primitives for the Lua-side composition code ---------- */
-/* The chunk name of lua/lunaloop/compose.lua: where an await is, the
-   introspection skips its frames for the user's call into it. */
-#define LUNA__COMPOSE_CHUNK "=lunaloop/compose.lua"
+/* The names of the module's Lua chunks (the files of lua/lunaloop/,
+   chunks.h) all begin with this: where an await is, the introspection
+   skips their frames for the user's call into them. */
+#define LUNA__CHUNK_PREFIX "=lunaloop/"
 void luna__open_compose(lua_State *L);
 
 /* ---- introspect.c: task.list, task.stats, t:info ------------------------ */

@@ -5,11 +5,11 @@
 ** awaiting this one", docs/api.md).
 **
 ** Who waits on whom: a task in task.await waits on its target (on.await),
-** and a task inside a combinator (task.when_all, when_any, timeout, scope
-** in compose.lua) waits on the tasks the combinator watches. The
+** and a task inside a combinator (task.when_all, when_any, timeout, scope:
+** lua/lunaloop/) waits on the tasks the combinator watches. The
 ** combinator declares those with depend(), from before it starts its first
 ** child (a child may await its caller at once) until it is done (a
-** to-be-closed value in compose.lua calls undepend() on every way out);
+** to-be-closed run in prelude.lua calls undepend() on every way out);
 ** they are kept in a registry table, list by waiting task, and each listed
 ** task counts how many lists hold it (dependents).
 **

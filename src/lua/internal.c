@@ -1,18 +1,16 @@
 /*
-** internal.c: the few primitives that the Lua-side composition code
-** (lua/lunaloop/compose.lua, compiled into the module) is written on:
+** internal.c: the few primitives that the module's Lua chunks (the files
+** of lua/lunaloop/, compiled into the module: chunks.h) are written on:
 ** suspending the calling task until something wakes it, waking it, creating
-** a task without starting it, interrupting a scope body, reporting. They are
-** handed to that chunk only and are not part of the public module.
+** a task without starting it, interrupting a scope body, reporting; and the
+** loader that runs those chunks. The primitives are handed to the chunks
+** only and are not part of the public module.
 */
 #include <string.h>
 
 #include "binding.h"
+#include "chunks.h"
 #include "promise.h"
-
-/* The chunk, generated at build time from lua/lunaloop/compose.lua. */
-extern const char luna__compose_lua[];
-extern const size_t luna__compose_lua_size;
 
 /* check_await(name, [level]): raises the await errors of task.* calls for
    `name`, positioned at `level` (as error(): 1 is the Lua function calling
@@ -173,7 +171,7 @@ static int l_undepend(lua_State *L) {
 }
 
 /* metatable(x) -> x's metatable, even a protected one (getmetatable would
-   give its __metatable field): how compose.lua knows its own objects. */
+   give its __metatable field): how the Lua chunks know their own objects. */
 static int l_metatable(lua_State *L) {
   if (!lua_getmetatable(L, 1))
     lua_pushnil(L);
@@ -209,16 +207,24 @@ static const luaL_Reg internal_funcs[] = {
     {"await_promise", luna__l_watch_promise},
     {NULL, NULL}};
 
-/* Runs the composition chunk with (module, internals); it adds when_all,
-   when_any, timeout, scope and channel to the module table on top of L. */
+/* Runs the module's Lua chunks in order, each with (module, internals,
+   prelude): they add when_all, when_any, timeout, scope and channel to the
+   module table on top of L. The prelude is a table that the first chunk
+   fills with helpers for the others. */
 void luna__open_compose(lua_State *L) {
   int module = lua_absindex(L, -1);
-  if (luaL_loadbufferx(L, luna__compose_lua, luna__compose_lua_size,
-                       LUNA__COMPOSE_CHUNK, "t") != LUA_OK)
-    lua_error(L);
-  lua_pushvalue(L, module);
+  const luna__chunk *c;
   luaL_newlib(L, internal_funcs);
   lua_pushliteral(L, LUNA__AWAIT_CYCLE_MSG);
   lua_setfield(L, -2, "CYCLE");
-  lua_call(L, 2, 0);
+  lua_newtable(L);
+  for (c = luna__chunks; c->name != NULL; c++) {
+    if (luaL_loadbufferx(L, c->text, c->size, c->name, "t") != LUA_OK)
+      lua_error(L);
+    lua_pushvalue(L, module);
+    lua_pushvalue(L, module + 1);
+    lua_pushvalue(L, module + 2);
+    lua_call(L, 3, 0);
+  }
+  lua_pop(L, 2);
 }

@@ -71,7 +71,7 @@ void luna__note_creation(lua_State *L) {
 /* ---- where a task waits, and on what ------------------------------------ */
 
 /* Finds where task t waits: the innermost Lua function of its coroutine
-   that is not the module's own Lua code (compose.lua: there the position
+   that is not the module's own Lua code (lua/lunaloop/: there the position
    is the user's call into it, as a combinator or channel operation), with
    "Sl" of *ar filled. Only a coroutine suspended in an await has one;
    false for a task that has not started or is running, and when every
@@ -83,7 +83,8 @@ static bool await_frame(const luna__task *t, lua_Debug *ar) {
   for (level = 0; lua_getstack(t->co, level, ar); level++) {
     if (!lua_getinfo(t->co, "Sl", ar))
       return false;
-    if (ar->currentline > 0 && strcmp(ar->source, LUNA__COMPOSE_CHUNK) != 0)
+    if (ar->currentline > 0 &&
+        strncmp(ar->source, LUNA__CHUNK_PREFIX, sizeof LUNA__CHUNK_PREFIX - 1) != 0)
       return true;
   }
   return false;

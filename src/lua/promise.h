@@ -28,7 +28,7 @@ bool luna__promise_may_settle(lua_State *L, int idx);
    direct = false, so a combinator never gives up a promise it was handed. */
 int luna__await_promise(lua_State *L, int idx, bool direct);
 
-/* Internal primitives for compose.lua: is_promise(x), await_promise(p)
+/* Internal primitives for lua/lunaloop/: is_promise(x), await_promise(p)
    (the non-giving-up await of a watcher). */
 int luna__l_is_promise(lua_State *L);
 int luna__l_watch_promise(lua_State *L);

@@ -21,6 +21,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "../lua/state_fixture.h"
 #include "lunaloop.h"
 #include "lunaloop_lua.h"
 #include "promise.h" /* luna__promise_live_count */
@@ -90,27 +91,10 @@ static const luaL_Reg host_funcs[] = {
 
 /* A fresh state attached to loop, with globals task and host. */
 static inline lua_State *new_state(luna_loop *loop) {
-  lua_State *L = luaL_newstate();
-  luaL_openlibs(L);
-  assert_int_equal(luna_lua_attach(L, loop), 0);
-  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
-  lua_setglobal(L, "task");
+  lua_State *L = new_task_state(loop);
   luaL_newlib(L, host_funcs);
   lua_setglobal(L, "host");
   return L;
-}
-
-static inline void run(lua_State *L, const char *code) {
-  if (luaL_dostring(L, code) != LUA_OK)
-    fail_msg("lua: %s", lua_tostring(L, -1));
-}
-
-static inline lua_Integer global_int(lua_State *L, const char *name) {
-  lua_Integer v;
-  lua_getglobal(L, name);
-  v = lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  return v;
 }
 
 /* Asserts that the global `name` is the string `want`. */

@@ -1,5 +1,5 @@
--- await_test.lua: awaiting tasks and the same-run wake-up rule (DESIGN §6
--- "Wake-ups happen in the same run").
+-- await_test.lua: awaiting tasks and the same-run wake-up rule (a task
+-- woken by another resumes in the same run of the timing: docs/timings.md).
 local H = require "harness"
 
 H.case("await_returns_all_results_of_the_task", function()

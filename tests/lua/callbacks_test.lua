@@ -1,4 +1,4 @@
--- callbacks_test.lua: task.on, the per-tick runner (DESIGN §3, §6).
+-- callbacks_test.lua: task.on, the per-tick runner (docs/update-layer.md).
 local H = require "harness"
 
 H.case("on_calls_in_registration_order_with_dt_from_next_run", function()
@@ -103,8 +103,8 @@ end)
 -- array for the merge at the run's end: the stretch must follow the move
 -- (it read the old array once: a use after free, and a removed callback
 -- still called).
--- DESIGN §3 step 4: callbacks and wait_until predicates of a timing run in
--- registration order. A predicate between two callbacks ends a stretch;
+-- Callbacks and wait_until predicates of a timing run in registration
+-- order (docs/update-layer.md, section 1). A predicate between two callbacks ends a stretch;
 -- the order must not change for it.
 H.case("a_predicate_between_callbacks_keeps_registration_order", function()
   local log = {}

@@ -1,8 +1,11 @@
--- cancel_test.lua: cancellation (DESIGN §3 "Cancellation is an error value
--- of its own", §6 "Errors and cancellation").
+-- cancel_test.lua: cancellation, an error value of its own that unwinds the
+-- task through its to-be-closed variables (docs/api.md).
 local H = require "harness"
 
-H.case("case_c07_cancelled_never_resumed", function()
+-- A task the host cancels while it waits in a delay is never resumed
+-- again: the delay's timer does not fire into it when its time comes, and
+-- the cancellation is not reported as a failure.
+H.case("cancelled_task_is_never_resumed", function()
   local reports, restore = H.capture_errors()
   local after = false
   local t = task.spawn(function() task.delay(2); after = true end)
@@ -13,7 +16,12 @@ H.case("case_c07_cancelled_never_resumed", function()
   H.eq({after, t:status(), #reports}, {false, "cancelled", 0})
 end)
 
-H.case("case_c16_close_sees_the_error_then_the_cancellation", function()
+-- The to-be-closed variables of a failing task get its error as the
+-- __close argument, and those of a cancelled task get the cancellation
+-- error (task.is_cancelled is true), each in the frame it happens; only
+-- the failure is reported. Closing a cancelled task's variables with nil
+-- leaves cleanup code unable to tell a cancellation from a normal end.
+H.case("close_handlers_see_the_error_then_the_cancellation", function()
   local log = {}
   local function closer(tag)
     return setmetatable({}, {__close = function(_, err)
@@ -130,7 +138,7 @@ end)
 -- as part of that task: cancelling the task that is cancelling it (up the
 -- resume chain) is queued like any cancellation made while another
 -- unwinds, instead of raising there as if the handler were that task's
--- own code (found by a fresh-user trial). That task then unwinds when its
+-- own code. That task then unwinds when its
 -- own cancel call returns.
 H.case("close_handler_cancelling_the_canceller_queues_it", function()
   local log = {}

@@ -1,4 +1,4 @@
--- channel_test.lua: task.channel (DESIGN §6 Channels).
+-- channel_test.lua: task.channel (docs/composition.md, section 7).
 local H = require "harness"
 
 H.case("unbounded_channel_is_fifo_and_send_never_waits", function()

@@ -1,14 +1,12 @@
--- compose_test.lua: when_all, when_any, timeout (DESIGN §3 "Combinators
--- cancel what they started, never what they were given", §6 Composition).
+-- compose_test.lua: when_all, when_any, timeout; combinators cancel what
+-- they started, never what they were given (docs/composition.md).
 local H = require "harness"
 
-local function run_task(fn)
-  local out = {}
-  local t = task.spawn(function() out.values = table.pack(pcall(fn)) end)
-  return out, t
-end
-
-H.case("case_c06_when_all_raises_first_error_at_once_b_still_finishes", function()
+-- task.when_all raises the first failure of an input in the frame it
+-- happens (frame 2), not once every input ended (frame 5), and it cancels
+-- only what it started: b, a Task it was given, still finishes on its
+-- own.
+H.case("when_all_raises_the_first_error_at_once_and_leaves_given_tasks_running", function()
   local F = task.frame()
   local a = task.spawn(function() task.delay_frame(2); error("A failed", 0) end)
   local b_done
@@ -25,7 +23,7 @@ end)
 
 H.case("when_all_returns_first_result_of_each_in_argument_order", function()
   local slow = task.spawn(function() task.delay_frame(3); return "slow", "ignored" end)
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.when_all(slow, function() task.delay_frame(1); return 2 end, function() return 3 end)
   end)
   H.frames(4)
@@ -36,7 +34,7 @@ H.case("when_all_cancels_the_children_it_started_never_given_tasks", function()
   local log = {}
   local given = task.spawn(function() task.delay_frame(10); return "given" end)
   local child
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.when_all(given,
       function()
         child = task.current()
@@ -56,7 +54,7 @@ end)
 H.case("errors_of_tasks_left_running_are_still_reported", function()
   local reports, restore = H.capture_errors()
   local loser = task.spawn(function() task.delay_frame(3); error("late failure", 0) end)
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.when_any(loser, function() task.delay_frame(1); return "winner" end)
   end)
   H.frames(4)
@@ -70,7 +68,7 @@ H.case("when_all_reports_a_second_failure_it_does_not_raise", function()
   -- Regression: both children fail in the same run; the first is raised,
   -- the second was dropped silently.
   local reports, restore = H.capture_errors()
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.when_all(function() error("a", 0) end, function() error("b", 0) end)
   end)
   H.frames(1)
@@ -80,7 +78,7 @@ end)
 
 H.case("when_any_reports_a_loser_that_failed_before_it_returned", function()
   local reports, restore = H.capture_errors()
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.when_any(function() return "w" end, function() error("lost", 0) end)
   end)
   H.frames(1)
@@ -105,7 +103,7 @@ H.case("a_failure_reported_before_the_combinator_is_not_reported_again", functio
   local reports, restore = H.capture_errors()
   local f = task.spawn(function() error("boom", 0) end)
   local d = task.spawn(function() return 1 end)
-  local out = run_task(function() return task.when_any(d, f) end)
+  local out = H.run_task(function() return task.when_any(d, f) end)
   restore()
   H.eq({out.values[1], out.values[2], out.values[3], #reports}, {true, 1, 1, 1})
 end)
@@ -113,7 +111,7 @@ end)
 H.case("a_task_given_twice_fails_once_raised_not_reported", function()
   local reports, restore = H.capture_errors()
   local p = task.spawn(function() task.yield(); error("e2", 0) end)
-  local out = run_task(function() return task.when_all(p, p) end)
+  local out = H.run_task(function() return task.when_all(p, p) end)
   H.frames(1)
   restore()
   H.eq({out.values[1], out.values[2], #reports}, {false, "e2", 0})
@@ -121,7 +119,7 @@ end)
 
 H.case("when_all_with_a_cancelled_given_task_raises_the_cancellation", function()
   local victim = task.spawn(function() task.delay_frame(5) end)
-  local out = run_task(function() return task.when_all(victim, function() task.delay_frame(9) end) end)
+  local out = H.run_task(function() return task.when_all(victim, function() task.delay_frame(9) end) end)
   victim:cancel()
   H.frames(1)
   H.eq({out.values[1], task.is_cancelled(out.values[2])}, {false, true})
@@ -129,7 +127,7 @@ end)
 
 H.case("when_any_returns_index_and_results_of_first_and_cancels_losers", function()
   local loser_closed = false
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.when_any(
       function()
         local r <close> = setmetatable({}, {__close = function() loser_closed = true end})
@@ -144,7 +142,7 @@ H.case("when_any_returns_index_and_results_of_first_and_cancels_losers", functio
 end)
 
 H.case("when_any_raises_a_failure_that_finishes_first", function()
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.when_any(function() task.delay_frame(3) end, function() task.yield(); error({code = 9}) end)
   end)
   H.frames(1)
@@ -180,12 +178,12 @@ H.case("combinators_validate_arguments_and_context", function()
   at = "compose_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": task.timeout: not inside a task"
   H.has(H.raises(function() task.timeout(1, print) end), at)
   H.eq(testhost.task_count(), 0, "nothing was started")
-  local out = run_task(function() return task.when_all() end)
+  local out = H.run_task(function() return task.when_all() end)
   H.eq(out.values, {n = 1, true}, "when_all of nothing returns nothing at once")
 end)
 
 H.case("timeout_returns_results_when_in_time", function()
-  local out = run_task(function() return task.timeout(1, function(x) task.delay(0.5); return x * 2 end, 21) end)
+  local out = H.run_task(function() return task.timeout(1, function(x) task.delay(0.5); return x * 2 end, 21) end)
   H.frames(6, 0.1)
   H.eq(out.values, {n = 2, true, 42})
 end)
@@ -193,7 +191,7 @@ end)
 H.case("timeout_cancels_the_child_and_raises_a_timeout_error", function()
   local log = {}
   local F = task.frame()
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.timeout(0.3, function()
       local r <close> = setmetatable({}, {__close = function(_, e)
         log[#log + 1] = {task.is_cancelled(e), task.frame() - F} end})
@@ -210,11 +208,11 @@ H.case("timeout_cancels_the_child_and_raises_a_timeout_error", function()
 end)
 
 H.case("timeout_propagates_the_child_error_and_leaves_a_given_task_running", function()
-  local out = run_task(function() return task.timeout(1, function() task.yield(); error("inner", 0) end) end)
+  local out = H.run_task(function() return task.timeout(1, function() task.yield(); error("inner", 0) end) end)
   H.frames(1)
   H.eq({out.values[1], out.values[2]}, {false, "inner"})
   local given = task.spawn(function() task.delay(5); return "late" end)
-  local out2 = run_task(function() return task.timeout(0.1, given) end)
+  local out2 = H.run_task(function() return task.timeout(0.1, given) end)
   H.frames(2, 0.1)
   H.eq({out2.values[1], task.is_timeout(out2.values[2]), given:status()}, {false, true, "suspended"})
   given:cancel()
@@ -222,7 +220,7 @@ end)
 
 H.case("timeout_deadline_is_checked_at_update_on_the_scaled_clock", function()
   task.time_scale(0)
-  local out = run_task(function() return task.timeout(0.1, function() task.delay(1, "Update", "unscaled"); return "ok" end) end)
+  local out = H.run_task(function() return task.timeout(0.1, function() task.delay(1, "Update", "unscaled"); return "ok" end) end)
   H.frames(12, 0.1)
   H.eq(out.values, {n = 2, true, "ok"}, "scaled time stands still: no timeout")
 end)
@@ -239,8 +237,8 @@ H.case("cancelling_the_caller_of_a_combinator_cancels_its_children", function()
   H.eq({t:status(), child_closed}, {"cancelled", true})
 end)
 
--- Await cycles through combinators (a fresh-user trial: both tasks waited
--- for ever, unseen). The await or combinator call that would close a
+-- Await cycles through combinators: both tasks waited for ever, and
+-- nothing showed it. The await or combinator call that would close a
 -- cycle raises, whichever side comes second.
 local CYCLE = "await cycle: that task is (indirectly) awaiting this one"
 

@@ -1,4 +1,4 @@
--- debug_test.lua: task.debug (issue #7): creation tracebacks in t:info()
+-- debug_test.lua: task.debug: creation tracebacks in t:info()
 -- and the time spent per timing in task.stats(), both off by default.
 local H = require "harness"
 

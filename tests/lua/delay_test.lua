@@ -22,7 +22,11 @@ H.case("delay_half_second_at_60hz_takes_30_frames_and_1s_60", function()
   H.eq(got, {30, 60})
 end)
 
-H.case("case_c04_equal_delays_resume_in_spawn_order_same_frame", function()
+-- Tasks that delay by the same time resume in the same frame and in the
+-- order they were spawned: timers with equal deadlines break ties by
+-- creation order. A heap left to break ties as it likes resumes them in
+-- any order.
+H.case("equal_delays_resume_in_spawn_order_in_the_same_frame", function()
   local log = {}
   for i = 1, 3 do
     task.spawn(function() task.delay(0.5); log[#log + 1] = {i, task.frame()} end)
@@ -32,7 +36,11 @@ H.case("case_c04_equal_delays_resume_in_spawn_order_same_frame", function()
   H.eq(log, {{1, F + 30}, {2, F + 30}, {3, F + 30}})
 end)
 
-H.case("case_c05_unawaited_children_with_delay_frame_100", function()
+-- Twenty children spawned one frame apart by a parent that never awaits
+-- them each wait delay_frame(100) and all wake exactly 100 frames after
+-- they began. A frame count taken from another frame than the one the
+-- child waits from (its parent's, say) makes some wake early or late.
+H.case("unawaited_children_each_wait_their_full_delay_frame", function()
   local res = {}
   task.spawn(function()
     for i = 1, 20 do
@@ -50,7 +58,11 @@ H.case("case_c05_unawaited_children_with_delay_frame_100", function()
   H.eq(res, want)
 end)
 
-H.case("case_c09_time_scale_zero_scaled_waits_unscaled_fires", function()
+-- With task.time_scale(0) a delay on the scaled clock never ends, while a
+-- delay on the unscaled clock ends after its real time (1 s of 0.05 s
+-- frames: 20 frames). A scale applied to both clocks freezes the unscaled
+-- wait too.
+H.case("time_scale_zero_stops_scaled_waits_while_unscaled_ones_fire", function()
   H.eq(task.time_scale(0), 0, "time_scale returns the new scale")
   local a_done, b_frames = false, nil
   local a = task.spawn(function() task.delay(1); a_done = true end)
@@ -119,7 +131,12 @@ H.case("equal_deadline_ties_break_by_creation_then_deadline_order", function()
   H.eq(log, {"a1", "a2", "b", "c"})
 end)
 
-H.case("case_c17_bad_arguments_raise_at_the_call_site", function()
+-- Wrong arguments to the awaits (a negative, NaN or infinite delay, a
+-- negative frame count, a misspelt timing or clock, a string for seconds)
+-- raise a clear error at the call that names the function and the
+-- argument, and the task can await again afterwards. An await that raised
+-- after arming its wait would leave the task half suspended.
+H.case("bad_arguments_raise_at_the_call_site_and_the_task_goes_on", function()
   local errs, after
   task.spawn(function()
     errs = {}

@@ -1,9 +1,13 @@
--- error_test.lua: failures, reports, tracebacks and misuse (DESIGN §3
--- "Rules that matter", §6 "Errors and cancellation").
+-- error_test.lua: failures, reports, tracebacks and misuse (docs/api.md,
+-- docs/composition.md section 5).
 local H = require "harness"
 local SRC = debug.getinfo(1, "S").short_src
 
-H.case("case_c08_each_unawaited_failure_reported_once_in_its_frame", function()
+-- A failing task that nothing awaits is reported to task.on_error exactly
+-- once, in the frame it fails, with the failed task and a traceback that
+-- points at the raising line. A failure never reported, reported twice, or
+-- reported a frame late hides or doubles errors in the host's log.
+H.case("each_unawaited_failure_is_reported_once_in_the_frame_it_fails", function()
   local reports, restore = H.capture_errors()
   local F = task.frame()
   local line1 = debug.getinfo(1, "l").currentline + 1
@@ -21,7 +25,11 @@ H.case("case_c08_each_unawaited_failure_reported_once_in_its_frame", function()
   H.eq({t1:status(), t2:status()}, {"failed", "failed"})
 end)
 
-H.case("case_c12_raising_predicate_fails_its_task_other_predicates_still_run", function()
+-- A wait_until predicate that raises fails its own task (reported once, in
+-- the frame it raised) and nothing else: the other predicates waiting in
+-- that timing are still called in that frame and in every later one. A
+-- raise that escaped the predicate pass would skip the rest of the pass.
+H.case("raising_predicate_fails_its_task_and_the_other_predicates_still_run", function()
   local reports, restore = H.capture_errors()
   local F = task.frame()
   local calls = {}
@@ -67,7 +75,12 @@ H.case("predicates_are_never_called_synchronously", function()
   H.eq({n, w:status()}, {3, "done"})
 end)
 
-H.case("case_c13_await_across_c_call_boundary_then_no_stale_wakeup", function()
+-- An await inside a C function that calls back into Lua (here
+-- table.sort's comparator) cannot yield, so it raises "attempt to await
+-- across a C-call boundary". The refused await must leave nothing armed
+-- behind it: a stale wake-up would end the task's next delay early (after
+-- one frame instead of twelve).
+H.case("await_across_a_c_call_boundary_is_refused_and_leaves_no_stale_wakeup", function()
   local got = {}
   task.spawn(function()
     local ok, err = xpcall(function()
@@ -84,7 +97,11 @@ H.case("case_c13_await_across_c_call_boundary_then_no_stale_wakeup", function()
   H.eq(got.frames, 12, "0.2 s at 60 Hz is 12 frames, not 1 (no stale wake-up)")
 end)
 
-H.case("case_c14_traceback_names_the_raising_function_and_the_entry", function()
+-- A failed task's report carries the traceback of the task's own
+-- coroutine: the line that raised and the line of the entry function that
+-- called it, though the raise came after a yield, on a resumed coroutine.
+-- A traceback taken on the scheduler's side names neither.
+H.case("traceback_names_the_raising_function_and_the_task_entry", function()
   local reports, restore = H.capture_errors()
   local raise_line = debug.getinfo(1, "l").currentline + 1
   local function inner() task.yield(); error("boom") end
@@ -100,7 +117,10 @@ H.case("case_c14_traceback_names_the_raising_function_and_the_entry", function()
   H.has(reports[1].tb, "inner")
 end)
 
-H.case("case_c15_one_failing_task_does_not_stop_the_others", function()
+-- A task that fails is reported and task.step returns normally, so every
+-- other task keeps running in each frame. An error escaping the step would
+-- stop the frame for every task.
+H.case("one_failing_task_does_not_stop_the_others", function()
   local reports, restore = H.capture_errors()
   local F = task.frame()
   local frames = {}
@@ -288,7 +308,7 @@ end)
 
 H.case("a_body_of_c_functions_that_yields_fails_the_same_way", function()
   -- Nothing was left to raise the error in: such tasks ended "done" with
-  -- their coroutine suspended (a fresh-user trial).
+  -- their coroutine suspended.
   local reports, restore = H.capture_errors()
   local a = task.spawn(coroutine.yield)
   local b = task.spawn(pcall, coroutine.yield, "x")

@@ -1,9 +1,13 @@
 -- every_test.lua: task.every, periodic callbacks anchored to their start
--- (DESIGN §6 "every"; case c18).
+-- (docs/update-layer.md, section 3).
 local H = require "harness"
 local NS = 1e9
 
-H.case("case_c18_every_0_1_over_10_s_no_accumulated_lateness", function()
+-- task.every(0.1) over 10 s of 1/60 s frames runs exactly 100 times, call
+-- k in the first frame at or after k * 0.1 s from its start. Due times
+-- taken from when each call ran, rather than from the start, let each
+-- call's lateness (up to a frame) add up into drift.
+H.case("every_keeps_its_period_over_ten_seconds_without_drift", function()
   local dt_ns = 16666667          -- round(1e9 / 60), what task.step(1/60) uses
   local start = task.time()
   local times = {}

@@ -1,8 +1,14 @@
--- fixed_test.lua: fixed steps seen from a task (case c10). First in its own
--- file so the fixed-step accumulator starts at zero.
+-- fixed_test.lua: fixed steps seen from a task, in its own file so the
+-- fixed-step accumulator starts at zero.
 local H = require "harness"
 
-H.case("case_c10_yield_fixed_update_logs_three_times_a_frame", function()
+-- A task waiting on FixedUpdate is resumed once per fixed step, not once
+-- per frame, and inside the step task.delta_time() is the fixed step (1/60 s
+-- rounded to whole nanoseconds), not the frame's delta. A 0.05 s frame holds
+-- three 1/60 s steps less one nanosecond: counting steps in floating point,
+-- or dropping the nanoseconds left over, gives the wrong count of steps in
+-- the first frame or in every later one.
+H.case("fixed_update_waits_run_once_per_fixed_step_with_the_fixed_delta", function()
   testhost.fixed_dt(1 / 60)               -- round(1e9 / 60) = 16,666,667 ns
   local per_frame = {}
   local t = task.spawn(function()

@@ -46,7 +46,7 @@ function H.truthy(v, what)
   if not v then error((what or "value") .. ": expected a true value, got " .. show(v), 2) end
 end
 
--- H.matches(s, pattern, [what]): s is a string containing `pattern` (plain).
+-- H.has(s, needle, [what]): s is a string containing `needle` (plain).
 function H.has(s, needle, what)
   if type(s) ~= "string" or not s:find(needle, 1, true) then
     error(string.format("%s: expected a string containing %q, got %s",
@@ -68,6 +68,14 @@ end
 -- H.frames(n, [dt]): runs n frames of dt seconds (default 1/60).
 function H.frames(n, dt)
   for _ = 1, n do task.step(dt) end
+end
+
+-- H.run_task(fn) -> out, t: spawns a task t that calls fn protected; once
+-- it ended, out.values holds pcall's results (table.pack: ok first).
+function H.run_task(fn)
+  local out = {}
+  local t = task.spawn(function() out.values = table.pack(pcall(fn)) end)
+  return out, t
 end
 
 -- H.log(): a log table and a function that appends "<tag>@<frame>" (with

@@ -1,16 +1,11 @@
--- scope_test.lua: structured concurrency with task.scope (DESIGN §6).
+-- scope_test.lua: structured concurrency with task.scope
+-- (docs/composition.md, section 6).
 local H = require "harness"
-
-local function run_task(fn)
-  local out = {}
-  local t = task.spawn(function() out.values = table.pack(pcall(fn)) end)
-  return out, t
-end
 
 H.case("scope_returns_after_body_and_all_children_end", function()
   local log = {}
   local F = task.frame()
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.scope(function(s, x)
       s:spawn(function() task.delay_frame(3); log[#log + 1] = "child3" end)
       s:spawn(function() task.delay_frame(1); log[#log + 1] = "child1" end)
@@ -26,8 +21,8 @@ H.case("scope_returns_after_body_and_all_children_end", function()
   H.eq(done_at, 3, "the scope returned in the frame its last child ended")
 end)
 
--- Called as a method, self is not counted, as luaL_argerror does; it was
--- (found by a fresh-user trial).
+-- Called as a method, self is not counted, as luaL_argerror does: the
+-- errors of scope:spawn named the argument after the one at fault.
 H.case("spawn_argument_errors_count_as_lua_does", function()
   local got = {}
   task.spawn(function()
@@ -44,7 +39,7 @@ end)
 
 H.case("first_child_failure_cancels_siblings_and_body_and_is_raised", function()
   local log = {}
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.scope(function(s)
       s:spawn(function()
         local r <close> = setmetatable({}, {__close = function(_, e)
@@ -65,7 +60,7 @@ end)
 
 H.case("interrupt_does_not_leak_past_the_scope", function()
   local after
-  local out = run_task(function()
+  local out = H.run_task(function()
     local ok, err = pcall(task.scope, function(s)
       s:spawn(function() error("instant", 0) end)
     end)
@@ -81,7 +76,7 @@ end)
 H.case("a_child_that_would_fail_later_is_cancelled_by_the_first_failure", function()
   local reports, restore = H.capture_errors()
   local second
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.scope(function(s)
       s:spawn(function() task.yield(); error("first", 0) end)
       second = s:spawn(function() task.yield(); error("second", 0) end)
@@ -93,7 +88,7 @@ H.case("a_child_that_would_fail_later_is_cancelled_by_the_first_failure", functi
 end)
 
 H.case("a_cancelled_child_is_not_a_failure", function()
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.scope(function(s)
       local c = s:spawn(function() task.delay_frame(5) end)
       s:spawn(function() task.delay_frame(1); c:cancel() end)
@@ -108,7 +103,7 @@ H.case("a_second_child_failure_is_reported_not_lost", function()
   -- Both children fail before the scope hears of the first failure, so the
   -- second cannot be cancelled any more: it must be reported.
   local reports, restore = H.capture_errors()
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.scope(function(s)
       s:spawn(function() error("first", 0) end)
       s:spawn(function() error("second", 0) end)
@@ -124,7 +119,7 @@ end)
 
 H.case("body_error_cancels_children_and_is_raised", function()
   local child_closed = false
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.scope(function(s)
       s:spawn(function()
         local r <close> = setmetatable({}, {__close = function() child_closed = true end})
@@ -156,7 +151,7 @@ end)
 H.case("any_task_may_spawn_into_an_open_scope_and_not_after", function()
   local scope_ref, late_err
   local log = {}
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.scope(function(s)
       scope_ref = s
       s:spawn(function() task.delay_frame(2) end)
@@ -176,14 +171,14 @@ end)
 
 H.case("spawn_into_a_failed_scope_raises", function()
   local got
-  run_task(function()
+  H.run_task(function()
     return task.scope(function(s)
       s:spawn(function() error("boom", 0) end)
       task.yield()  -- interrupted here
     end)
   end)
   local s2
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.scope(function(s)
       s2 = s
       s:spawn(function() task.yield(); error("x", 0) end)
@@ -197,7 +192,7 @@ end)
 
 H.case("scopes_nest", function()
   local log = {}
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.scope(function(outer)
       outer:spawn(function()
         task.scope(function(inner)
@@ -215,7 +210,7 @@ end)
 
 H.case("outer_child_failure_unwinds_a_nested_scope_body", function()
   local log = {}
-  local out = run_task(function()
+  local out = H.run_task(function()
     return task.scope(function(outer)
       outer:spawn(function() task.delay_frame(1); error("outer child", 0) end)
       task.scope(function(inner)

@@ -17,28 +17,7 @@
 
 #include "lunaloop.h"
 #include "lunaloop_lua.h"
-
-static lua_State *new_state(luna_loop *loop) {
-  lua_State *L = luaL_newstate();
-  luaL_openlibs(L);
-  assert_int_equal(luna_lua_attach(L, loop), 0);
-  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
-  lua_setglobal(L, "task");
-  return L;
-}
-
-static void run(lua_State *L, const char *code) {
-  if (luaL_dostring(L, code) != LUA_OK)
-    fail_msg("lua: %s", lua_tostring(L, -1));
-}
-
-static lua_Integer global_int(lua_State *L, const char *name) {
-  lua_Integer v;
-  lua_getglobal(L, name);
-  v = lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
+#include "state_fixture.h"
 
 /* Two states share a loop; closing one cancels its tasks (to-be-closed
    variables run inside the closing state) and the loop never calls into it
@@ -48,8 +27,8 @@ static void closing_a_state_cancels_only_its_tasks(void **state) {
   lua_State *a, *b;
   (void)state;
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  a = new_state(loop);
-  b = new_state(loop);
+  a = new_task_state(loop);
+  b = new_task_state(loop);
   run(a, "closed = 0; ticks = 0\n"
          "task.spawn(function()\n"
          "  local r <close> = setmetatable({}, {__close = function(_, e)\n"
@@ -88,7 +67,7 @@ static void closing_a_state_refuses_new_work(void **state) {
   (void)state;
   g_notes[0] = '\0';
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  a = new_state(loop);
+  a = new_task_state(loop);
   lua_register(a, "note", l_note);
   run(a, "local function try(what, fn, ...)\n"
          "  local ok, err = pcall(fn, ...)\n"
@@ -122,7 +101,7 @@ static void cancel_all_runs_close_handlers_with_cancellation(void **state) {
   lua_State *a;
   (void)state;
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  a = new_state(loop);
+  a = new_task_state(loop);
   run(a, "seen = 'none'\n"
          "task.spawn(function()\n"
          "  local r <close> = setmetatable({}, {__close = function(_, e)\n"
@@ -145,7 +124,7 @@ static void freeing_the_loop_first_cancels_tasks_and_module_reports_it(void **st
   lua_State *L;
   (void)state;
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_state(loop);
+  L = new_task_state(loop);
   run(L, "state = 'running'\n"
          "t = task.spawn(function()\n"
          "  local r <close> = setmetatable({}, {__close = function() state = 'closed' end})\n"
@@ -168,7 +147,7 @@ static void spawn_from_c_and_counts(void **state) {
   int code = 0;
   (void)state;
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_state(loop);
+  L = new_task_state(loop);
   lua_pushinteger(L, 1);
   assert_int_equal(luna_lua_spawn(L, 0, NULL), LUNA_EINVAL);
   lua_settop(L, 0);
@@ -204,7 +183,7 @@ static void exit_stops_the_frame(void **state) {
   lua_State *L;
   (void)state;
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_state(loop);
+  L = new_task_state(loop);
   run(L, "late = false\n"
          "task.spawn(function() task.yield('Update'); task.exit() end)\n"
          "task.spawn(function() task.yield('LastUpdate'); late = true end)\n");
@@ -233,7 +212,7 @@ static void driving_the_loop_from_inside_a_task_is_refused(void **state) {
   lua_State *L;
   (void)state;
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_state(loop);
+  L = new_task_state(loop);
   lua_pushlightuserdata(L, loop);
   lua_pushcclosure(L, l_host_frame, 1);
   lua_setglobal(L, "host_frame");
@@ -271,7 +250,7 @@ static void an_interrupted_callback_is_reported_once_and_the_others_run(void **s
   lua_State *L;
   (void)state;
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_state(loop);
+  L = new_task_state(loop);
   lua_pushcfunction(L, l_interrupt_now);
   lua_setglobal(L, "interrupt_now");
   run(L, "reports, ticks, swallowed = {}, 0, 0\n"
@@ -307,7 +286,7 @@ static void spawn_from_c_with_many_arguments(void **state) {
   int i;
   (void)state;
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_state(loop);
+  L = new_task_state(loop);
   run(L, "function count(...) got = select('#', ...); last = select(got, ...) end");
   assert_true(lua_checkstack(L, 301));
   lua_getglobal(L, "count");

@@ -18,6 +18,7 @@
 #include "binding.h"
 #include "lunaloop.h"
 #include "lunaloop_lua.h"
+#include "state_fixture.h"
 
 /* What the observer saw, as text: "+name@timing" for a begin, "-name" for
    an end, "*id" for a creation; names are "#id" when unnamed. */
@@ -48,20 +49,6 @@ static void on_end(void *ud, const luna_lua_task_event *ev) {
   note("%c%s ", ev, '-');
 }
 
-static lua_State *new_state(luna_loop *loop) {
-  lua_State *L = luaL_newstate();
-  luaL_openlibs(L);
-  assert_int_equal(luna_lua_attach(L, loop), 0);
-  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
-  lua_setglobal(L, "task");
-  return L;
-}
-
-static void run(lua_State *L, const char *code) {
-  if (luaL_dostring(L, code) != LUA_OK)
-    fail_msg("lua: %s", lua_tostring(L, -1));
-}
-
 static void observer_sees_every_resume_with_its_name_and_timing(void **state) {
   luna_loop *loop;
   lua_State *L;
@@ -70,7 +57,7 @@ static void observer_sees_every_resume_with_its_name_and_timing(void **state) {
   (void)state;
   seen[0] = '\0';
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_state(loop);
+  L = new_task_state(loop);
   assert_int_equal(luna_lua_set_observer(L, &obs), 0);
   /* a spawns b inside its first resume: b's resume nests in a's */
   run(L, "a = task.defer(function()\n"
@@ -137,7 +124,7 @@ static void public_and_internal_observers_see_the_same_resumes(void **state) {
   (void)state;
   seen[0] = '\0';
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
-  L = new_state(loop);
+  L = new_task_state(loop);
   assert_true(luna__set_observer(L, LUNA__OBSERVER_BUDGET, &internal));
   assert_int_equal(luna_lua_set_observer(L, &obs), 0);
   run(L, "for i = 1, 3 do task.spawn(function() task.yield(); task.yield() end) end");

@@ -1,8 +1,12 @@
--- timing_test.lua: when each await resumes (DESIGN §3 "Decisions", §6).
+-- timing_test.lua: when each await resumes (docs/timings.md, section 5).
 local H = require "harness"
 local DT = 1 / 60
 
-H.case("case_c01_next_frame_from_two_timings_resumes_in_next_update", function()
+-- task.next_frame("Update") resumes in Update of the next frame whether it
+-- is called before Update (PreUpdate) or after it (PostLateUpdate) in the
+-- current one. Reading "next" as "the next run of Update" resumes the
+-- PreUpdate task in the same frame.
+H.case("next_frame_from_two_timings_resumes_in_the_next_update", function()
   local log = {}
   task.spawn_at("PreUpdate", function()
     local F = task.frame()
@@ -18,7 +22,10 @@ H.case("case_c01_next_frame_from_two_timings_resumes_in_next_update", function()
   H.eq(log, {{"A", 1, "Update"}, {"B", 1, "Update"}}, "resumes")
 end)
 
-H.case("case_c02_yield_update_from_preupdate_resumes_same_frame", function()
+-- task.yield("Update") called in PreUpdate resumes in Update of the same
+-- frame, which is still to come; waiting for the next frame would add a
+-- frame of latency to every hand-off between timings.
+H.case("yield_to_update_from_preupdate_resumes_in_the_same_frame", function()
   local got
   task.spawn_at("PreUpdate", function()
     local F = task.frame()
@@ -29,7 +36,10 @@ H.case("case_c02_yield_update_from_preupdate_resumes_same_frame", function()
   H.eq(got, {0, "Update"}, "frame offset and timing")
 end)
 
-H.case("case_c03_same_timing_yield_waits_a_frame", function()
+-- A task that yields to the timing it runs in resumes in that timing of
+-- the next frame, not again in the same run: a loop of such yields would
+-- otherwise never let the frame end.
+H.case("yield_to_the_running_timing_waits_a_frame", function()
   local frames = {}
   local F
   task.spawn_at("Update", function()
@@ -146,7 +156,7 @@ H.case("spawn_runs_now_until_first_await", function()
   H.eq(log, {5, "returned", "after"})
 end)
 
-H.case("every_timing_runs_in_design_order", function()
+H.case("timings_run_in_the_documented_frame_order", function()
   local log = {}
   for _, name in ipairs(task.timings) do
     task.spawn_at(name, function() log[#log + 1] = testhost.timing() end)

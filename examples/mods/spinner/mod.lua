@@ -1,5 +1,5 @@
 -- spinner: a badly behaved mod. Every frame it starts a task that keeps
--- resuming a plain coroutine which never ends (case c19). Its budgets (time
+-- resuming a plain coroutine which never ends. Its budgets (time
 -- per frame, instructions per run) stop each such task; after max_overruns
 -- overruns the mod is disabled. The other mods never notice.
 local function spin()
