@@ -151,13 +151,17 @@ luna_ns luna__pacer_tick(luna_pacer *p);
 /* ---- signals.c: the signals that stop the program, and SIGQUIT ------------- */
 
 /* Installs the handlers of the stop signals: SIGTERM, SIGHUP and, when
-   with_sigint (run, mods; the REPL handles Ctrl-C itself), SIGINT. The
-   first one sets the interrupted flag, stops the Lua code running now
-   (luna_lua_interrupt) and restores the default action of all of them, so a
-   second one kills the process at once. SIGHUP stays ignored when it was
-   ignored at start (nohup). Also SIGQUIT
-   (Ctrl-\), which only asks for the report of luna__report_tasks. */
-void luna__signals_install(bool with_sigint);
+   on_ctrl_c is NULL (run, mods), SIGINT. The first one sets the
+   interrupted flag, stops the Lua code running now (luna_lua_interrupt)
+   and restores the default action of all of them, so a second one kills
+   the process at once. SIGHUP stays ignored when it was ignored at start
+   (nohup). Also SIGQUIT (Ctrl-\), which only asks for the report of
+   luna__report_tasks.
+   With on_ctrl_c (the REPL), SIGINT does not stop: its handler calls
+   on_ctrl_c (in the signal handler: async-signal-safe code only), then
+   notes the press for luna__take_ctrl_c; and SIGWINCH is noted for
+   luna__take_resize. */
+void luna__signals_install(void (*on_ctrl_c)(void));
 
 /* Restores the actions that were in place before install. */
 void luna__signals_restore(void);
@@ -171,6 +175,15 @@ int luna__interrupt_status(void);
 
 /* True once after each SIGQUIT (it clears the request). */
 bool luna__quit_requested(void);
+
+/* With a Ctrl-C handler installed: true while a Ctrl-C press is noted and
+   not taken yet; luna__take_ctrl_c takes it (true once per noted press,
+   however many came before). */
+bool luna__ctrl_c_pending(void);
+bool luna__take_ctrl_c(void);
+
+/* True once after SIGWINCH (a Ctrl-C handler installed it). */
+bool luna__take_resize(void);
 
 /* Writes "lunaloop: tasks at frame N (<why>):" ("...frame N:" when why is
    NULL) and then one line per live task of L (what it waits on, and

@@ -221,7 +221,7 @@ int luna__cli_mods(int argc, char **argv, int first) {
     luna_loop_free(loop);
     return LUNA_EXIT_ERROR;
   }
-  luna__signals_install(true);
+  luna__signals_install(NULL);
   rc = luna_mods_load_dir(set, o.dir);
   if (rc < 0 && luna_mods_count(set) == 0) {
     const char *msg = luna_mods_last_error(set);

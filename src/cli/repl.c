@@ -87,8 +87,6 @@ static struct repl {
   luna_lua_observer trace_obs; /* the trace's observer, called from ours */
 } R;
 
-/* Set by the signal handlers, consumed by the main loop (and :step). */
-static volatile sig_atomic_t got_sigint, got_sigwinch;
 /* What runs now, for on_sigint. `calling`: the REPL calls Lua itself, on
    the user's behalf (a chunk starting, :tasks, :cancel, a cancellation, a
    chunk's results printed); 2 when that call runs on the REPL's own thread
@@ -109,7 +107,6 @@ static volatile sig_atomic_t resumed_depth;
 /* The terminal echoed a ^C (it does while no line is edited): the next
    output, or the prompt, starts on a new line. */
 static volatile sig_atomic_t echoed_ctrl_c;
-static struct sigaction old_sigint, old_sigwinch;
 
 /* Raises "interrupted" in the REPL's own thread once (see on_sigint). */
 static void main_interrupt_hook(lua_State *L, lua_Debug *ar) {
@@ -126,8 +123,7 @@ static void main_interrupt_hook(lua_State *L, lua_Debug *ar) {
    the frame has ended. A frame that does not end (a background task or
    callback stuck in a loop) gets the second Ctrl-C that comes while it
    still runs: that one interrupts whatever runs. */
-static void on_sigint(int sig) {
-  (void)sig;
+static void on_sigint(void) {
   if (calling) {
     luna_lua_interrupt(); /* a task the call runs */
     /* The REPL's own thread: the binding only knows what it resumes or
@@ -150,12 +146,6 @@ static void on_sigint(int sig) {
   /* (luna__edit_editing only reads a flag: safe in a handler.) */
   if (R.tty && !luna__edit_editing())
     echoed_ctrl_c = 1;
-  got_sigint = 1;
-}
-
-static void on_sigwinch(int sig) {
-  (void)sig;
-  got_sigwinch = 1;
 }
 
 /* ---- output that keeps the typed line intact ------------------------------- */
@@ -619,7 +609,7 @@ static void finish_chunk(void) {
     /* A chunk that never awaited was interrupted (so cancelled) by a
        Ctrl-C: that Ctrl-C is spent. A chunk that called task.exit was
        cancelled by it: the REPL ends, with nothing to say. */
-    got_sigint = 0;
+    luna__take_ctrl_c();
     if (!luna_lua_exit_requested(L, NULL))
       out_printf(stdout, "cancelled\n");
   }
@@ -673,7 +663,7 @@ static void start_task(const char *code, bool background) {
       lua_getfield(L, -1, "id");
       out_printf(stdout, "[%lld] cancelled\n", (long long)lua_tointeger(L, -1));
       lua_pop(L, 1);
-      got_sigint = 0;
+      luna__take_ctrl_c();
     }
     lua_pop(L, 1);
     return;
@@ -893,12 +883,11 @@ static void command(char *line) {
     R.paused = true;
     long long done = 0;
     /* Ctrl-C stops the steps after the frame that runs (see on_sigint). */
-    while (done < count && !R.quit && !got_sigint && !luna__interrupted()) {
+    while (done < count && !R.quit && !luna__ctrl_c_pending() && !luna__interrupted()) {
       run_frame(R.opts.frame_dt_ns);
       done++;
     }
-    if (got_sigint) {
-      got_sigint = 0;
+    if (luna__take_ctrl_c()) {
       out_printf(stdout, "stopped after %lld of %lld frames\n", done, count);
     }
     report_frame("paused");
@@ -1083,26 +1072,9 @@ static bool next_plain_line(void) {
 
 /* ---- signals and the terminal ---------------------------------------------------- */
 
-static void install_signals(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0; /* no SA_RESTART: poll must return at once */
-  sa.sa_handler = on_sigint;
-  sigaction(SIGINT, &sa, &old_sigint);
-  sa.sa_handler = on_sigwinch;
-  sigaction(SIGWINCH, &sa, &old_sigwinch);
-}
-
-static void restore_signals(void) {
-  sigaction(SIGINT, &old_sigint, NULL);
-  sigaction(SIGWINCH, &old_sigwinch, NULL);
-}
-
 /* Ctrl-C: cancels the foreground chunk, or else forgets the line being
    typed (and an unfinished chunk) and shows a fresh prompt. */
 static void handle_sigint(void) {
-  got_sigint = 0;
   if (R.fg_ref != LUA_NOREF) {
     lua_State *L = R.L;
     /* The terminal (not in editing mode while a chunk runs) echoed ^C:
@@ -1174,13 +1146,10 @@ static void main_loop(void) {
     }
     if (luna__quit_requested())
       report_tasks(stderr, "SIGQUIT");
-    if (got_sigint)
+    if (luna__take_ctrl_c())
       handle_sigint();
-    if (got_sigwinch) {
-      got_sigwinch = 0;
-      if (R.tty)
-        luna__edit_resize();
-    }
+    if (luna__take_resize() && R.tty)
+      luna__edit_resize();
     check_exit();
     if (R.quit)
       break;
@@ -1299,8 +1268,7 @@ int luna__cli_repl(int argc, char **argv, int first) {
     printf(LUNA_PROGNAME " %s (%s): each chunk runs as a task; :help for commands\n",
            LUNA_VERSION_STRING, LUA_RELEASE);
   }
-  install_signals();
-  luna__signals_install(false); /* SIGTERM, SIGHUP, SIGQUIT; Ctrl-C is ours */
+  luna__signals_install(on_sigint); /* Ctrl-C is the REPL's; SIGTERM, SIGHUP stop */
   main_loop();
   hide_prompt();
   if (R.tty && !R.at_line_start)
@@ -1317,7 +1285,6 @@ int luna__cli_repl(int argc, char **argv, int first) {
      wakes poll (POLLHUP, above) before its SIGHUP is delivered. */
   if (luna__interrupted())
     R.status = luna__interrupt_status();
-  restore_signals();
   luna__signals_restore();
   if (R.tty)
     luna__edit_close(R.history);

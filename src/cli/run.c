@@ -109,7 +109,7 @@ static int run_script(lua_State *L, luna_loop *loop, const luna_run_options *o,
   /* From here on Ctrl-C (or SIGTERM, SIGHUP) stops the script instead of
      the process, so even a main chunk that never yields can be interrupted
      cleanly. */
-  luna__signals_install(true);
+  luna__signals_install(NULL);
   int rc = luna_lua_spawn(L, nargs, "main");
   luna_lua_interrupt_clear();
   stop_reason why = STOP_FAILED;

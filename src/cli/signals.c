@@ -15,6 +15,11 @@
 ** SIGQUIT (Ctrl-\) only sets a flag: the frame loop prints what every task
 ** waits on, and where, between two frames, and goes on (the report of a
 ** stuck run, on demand).
+**
+** The REPL asks for Ctrl-C instead of letting it stop: SIGINT then runs the
+** REPL's async-signal-safe choice of what to interrupt and notes the press
+** for the REPL's loop (luna__take_ctrl_c), and SIGWINCH notes a resized
+** terminal. Every signal the program takes is installed and restored here.
 */
 #include <errno.h>
 #include <signal.h>
@@ -23,14 +28,17 @@
 #include "cli.h"
 #include "lunaloop_lua.h"
 
-/* The signals that stop the program; the REPL handles SIGINT itself. */
+/* The signals that stop the program (SIGINT only when no Ctrl-C handler
+   was given). */
 static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
 #define NSTOP (sizeof stop_signals / sizeof stop_signals[0])
 
 static volatile sig_atomic_t stopped_by; /* the first stop signal, or 0 */
 static volatile sig_atomic_t quit_requested;
-static struct sigaction previous[NSTOP], previous_quit;
-static bool installed[NSTOP], quit_installed;
+static volatile sig_atomic_t ctrl_c_pressed, resized;
+static void (*ctrl_c_handler)(void); /* the REPL's, or NULL */
+static struct sigaction previous[NSTOP], previous_quit, previous_int, previous_winch;
+static bool installed[NSTOP], quit_installed, int_installed, winch_installed;
 
 static void on_stop(int sig) {
   int saved_errno = errno;
@@ -52,6 +60,21 @@ static void on_quit(int sig) {
   quit_requested = 1;
 }
 
+/* SIGINT when the REPL handles it: the REPL's choice first, then the press
+   its loop takes. */
+static void on_ctrl_c(int sig) {
+  int saved_errno = errno;
+  (void)sig;
+  ctrl_c_handler();
+  ctrl_c_pressed = 1;
+  errno = saved_errno;
+}
+
+static void on_winch(int sig) {
+  (void)sig;
+  resized = 1;
+}
+
 /* Installs `handler` for sig. SIGHUP alone stays ignored when it was
    ignored at start: a program started under nohup must outlive its
    terminal (Go's runtime has the same rule). SIGINT and SIGQUIT, which a
@@ -70,14 +93,25 @@ static bool install(int sig, void (*handler)(int), struct sigaction *old) {
   return sigaction(sig, &sa, NULL) == 0;
 }
 
-void luna__signals_install(bool with_sigint) {
+void luna__signals_install(void (*on_ctrl_c_pressed)(void)) {
+  ctrl_c_handler = on_ctrl_c_pressed;
+  ctrl_c_pressed = 0;
+  resized = 0;
+  if (on_ctrl_c_pressed != NULL) {
+    int_installed = install(SIGINT, on_ctrl_c, &previous_int);
+    winch_installed = install(SIGWINCH, on_winch, &previous_winch);
+  }
   for (size_t i = 0; i < NSTOP; i++)
-    installed[i] = (stop_signals[i] != SIGINT || with_sigint) &&
+    installed[i] = (stop_signals[i] != SIGINT || on_ctrl_c_pressed == NULL) &&
                    install(stop_signals[i], on_stop, &previous[i]);
   quit_installed = install(SIGQUIT, on_quit, &previous_quit);
 }
 
 void luna__signals_restore(void) {
+  if (int_installed)
+    sigaction(SIGINT, &previous_int, NULL);
+  if (winch_installed)
+    sigaction(SIGWINCH, &previous_winch, NULL);
   for (size_t i = 0; i < NSTOP; i++)
     if (installed[i])
       sigaction(stop_signals[i], &previous[i], NULL);
@@ -85,7 +119,7 @@ void luna__signals_restore(void) {
     sigaction(SIGQUIT, &previous_quit, NULL);
   for (size_t i = 0; i < NSTOP; i++)
     installed[i] = false;
-  quit_installed = false;
+  quit_installed = int_installed = winch_installed = false;
 }
 
 bool luna__interrupted(void) {
@@ -100,6 +134,24 @@ bool luna__quit_requested(void) {
   if (!quit_requested)
     return false;
   quit_requested = 0;
+  return true;
+}
+
+bool luna__ctrl_c_pending(void) {
+  return ctrl_c_pressed != 0;
+}
+
+bool luna__take_ctrl_c(void) {
+  if (!ctrl_c_pressed)
+    return false;
+  ctrl_c_pressed = 0;
+  return true;
+}
+
+bool luna__take_resize(void) {
+  if (!resized)
+    return false;
+  resized = 0;
   return true;
 }
 
