@@ -1,0 +1,71 @@
+/*
+** repl_frames.c: the REPL's frame pacing. The loop keeps ticking at --hz
+** while the prompt waits: the main loop polls its input with a timeout that
+** ends when the next frame is due (luna__repl_poll_timeout), then runs the
+** frame when it is (luna__repl_frame_if_due). --fast keeps dt at exactly
+** 1/hz (virtual time, repeatable) while frames stay paced in real time.
+** It owns the pacer. Includes repl.h (cli.h) and lunaloop_lua.h.
+*/
+#include <limits.h>
+
+#include "lunaloop_lua.h"
+#include "repl.h"
+
+static luna_pacer pacer;
+
+/* The realtime source under --fast: the unscaled clock (see run.c). */
+static luna_ns virtual_realtime(void *ud) {
+  return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
+}
+
+void luna__repl_frames_open(void) {
+  if (R.opts.fast)
+    luna_loop_set_realtime_source(R.loop, virtual_realtime, R.loop);
+}
+
+void luna__repl_pace(void) {
+  luna__pacer_start(&pacer, R.opts.frame_dt_ns);
+}
+
+int luna__repl_poll_timeout(void) {
+  if (R.paused)
+    return -1;
+  luna_ns left = luna__pacer_remaining(&pacer);
+  if (left <= 0)
+    return 0;
+  /* Rounded up, so that the frame is due when poll returns; a period of
+     days (--hz 1e-9) waits INT_MAX ms at a time. */
+  luna_ns ms = (left + 999999) / 1000000;
+  return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+void luna__repl_frame_if_due(void) {
+  if (!R.paused && luna__pacer_remaining(&pacer) <= 0) {
+    luna_ns dt = luna__pacer_tick(&pacer);
+    luna__repl_run_frame(R.opts.fast ? R.opts.frame_dt_ns : dt);
+  }
+}
+
+void luna__repl_check_exit(void) {
+  int code = -1;
+  if (!R.quit && luna_lua_exit_requested(R.L, &code)) {
+    R.quit = true;
+    R.status = code >= 0 ? code : (luna_lua_error_count(R.L) > 0 ? 1 : 0);
+  }
+}
+
+void luna__repl_run_frame(luna_ns dt) {
+  if (R.trace != NULL)
+    luna__trace_frame(R.trace, luna_loop_frame_count(R.loop) + 1, luna_lua_task_count(R.L));
+  luna__repl_frame_begin();
+  int rc = luna_loop_frame_ns(R.loop, dt);
+  uint64_t hit = luna__repl_frame_end();
+  if (rc < 0 && rc != LUNA_ESTOPPED)
+    luna__repl_printf(stderr, LUNA_PROGNAME ": frame failed: %s\n", luna_strerror(rc));
+  /* A callback or predicate that was hit reported its "interrupted"
+     error; a task was cancelled, which is never reported: say so. */
+  if (hit != 0)
+    luna__repl_printf(stderr, "interrupted task %llu, which kept the frame from ending\n",
+                      (unsigned long long)hit);
+  luna__repl_check_exit();
+}
