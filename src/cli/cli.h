@@ -128,26 +128,6 @@ struct lua_State;
 int luna__script_prepare(struct lua_State *L, const luna_run_options *opts,
                          int argc, char **argv, int script, int *status);
 
-/* ---- pacing.c: real-time frame pacing ------------------------------------- */
-
-/* Paces frames on CLOCK_MONOTONIC. Frame k is due at start + k * period, so
-   short hiccups do not change the average rate; after falling behind by more
-   than a period the schedule restarts from now instead of bursting frames. */
-typedef struct luna_pacer {
-  luna_ns period; /* frame period in ns, > 0 */
-  luna_ns last;   /* when the previous frame began (or the pacer started) */
-  luna_ns next;   /* when the next frame is due */
-} luna_pacer;
-
-/* Starts pacing now with the given period in ns. */
-void luna__pacer_start(luna_pacer *p, luna_ns period);
-
-/* For loops that wait on something else too (the REPL polls its input):
-   ns until the next frame is due (<= 0: due now), and, once it is due,
-   luna__pacer_tick marks the frame begun now and returns its measured dt. */
-luna_ns luna__pacer_remaining(const luna_pacer *p);
-luna_ns luna__pacer_tick(luna_pacer *p);
-
 /* ---- signals.c: the signals that stop the program, and SIGQUIT ------------- */
 
 /* Installs the handlers of the stop signals: SIGTERM, SIGHUP and, when

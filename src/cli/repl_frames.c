@@ -2,48 +2,45 @@
 ** repl_frames.c: the REPL's frame pacing. The loop keeps ticking at --hz
 ** while the prompt waits: the main loop polls its input with a timeout that
 ** ends when the next frame is due (luna__repl_poll_timeout), then runs the
-** frame when it is (luna__repl_frame_if_due). --fast keeps dt at exactly
-** 1/hz (virtual time, repeatable) while frames stay paced in real time.
-** It owns the pacer. Includes repl.h (cli.h) and lunaloop_lua.h.
+** frame when it is (luna__repl_frame_if_due), both on the core's frame
+** driver (lunaloop/driver.h). --fast keeps dt at exactly 1/hz and the
+** realtime clock virtual (repeatable times) while frames stay paced in real
+** time. It owns the driver. Includes repl.h (cli.h) and lunaloop_lua.h.
 */
 #include <limits.h>
 
 #include "lunaloop_lua.h"
 #include "repl.h"
 
-static luna_pacer pacer;
-
-/* The realtime source under --fast: the unscaled clock (see run.c). */
-static luna_ns virtual_realtime(void *ud) {
-  return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
-}
+static luna_driver driver;
 
 void luna__repl_frames_open(void) {
   if (R.opts.fast)
-    luna_loop_set_realtime_source(R.loop, virtual_realtime, R.loop);
+    luna_loop_use_virtual_realtime(R.loop);
 }
 
 void luna__repl_pace(void) {
-  luna__pacer_start(&pacer, R.opts.frame_dt_ns);
+  /* The period is >= 1 ns (the option parser's range), so this cannot
+     fail. */
+  luna_driver_init(&driver, R.loop, R.opts.frame_dt_ns,
+                   R.opts.fast ? LUNA_DRIVE_REAL_EXACT_DT : LUNA_DRIVE_REAL);
 }
 
 int luna__repl_poll_timeout(void) {
   if (R.paused)
     return -1;
-  luna_ns left = luna__pacer_remaining(&pacer);
+  luna_ns left = luna_driver_remaining(&driver);
   if (left <= 0)
     return 0;
   /* Rounded up, so that the frame is due when poll returns; a period of
-     days (--hz 1e-9) waits INT_MAX ms at a time. */
+     years (--hz 1e-9) waits INT_MAX ms at a time. */
   luna_ns ms = (left + 999999) / 1000000;
   return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
 void luna__repl_frame_if_due(void) {
-  if (!R.paused && luna__pacer_remaining(&pacer) <= 0) {
-    luna_ns dt = luna__pacer_tick(&pacer);
-    luna__repl_run_frame(R.opts.fast ? R.opts.frame_dt_ns : dt);
-  }
+  if (!R.paused && luna_driver_remaining(&driver) <= 0)
+    luna__repl_run_frame(luna_driver_tick(&driver));
 }
 
 void luna__repl_check_exit(void) {

@@ -87,7 +87,7 @@ static bool install(int sig, void (*handler)(int), struct sigaction *old) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
-  /* No SA_RESTART: the pacer's sleep and the REPL's poll must return at
+  /* No SA_RESTART: the frame driver's sleep and the REPL's poll must return at
      once with EINTR. */
   sa.sa_flags = 0;
   return sigaction(sig, &sa, NULL) == 0;
