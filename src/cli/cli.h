@@ -31,16 +31,32 @@ enum {
    from it) to `out`. */
 void luna__cli_usage(FILE *out);
 
-/* Option values, shared by run, repl and mods (options.c). Each parses the
-   whole string and returns false for anything else: a finite double; a
-   rate in Hz from 1e-9 to 1e9 as a period in ns (rounded); a time scale
-   from 0 to LUNA_TIME_SCALE_MAX; a decimal integer (a '-' only when
-   is_signed). luna__cli_bad_value reports "bad value 'V' for --NAME
-   (expected E)" and returns LUNA_EXIT_USAGE. */
+/* Values, shared by the options of run, repl and mods (options.c) and by
+   the REPL's commands, so that `--hz` and `:hz` accept the same range and
+   refuse with the same text. Each parses the whole string and returns
+   false for anything else: a finite double; a rate in Hz in the range of
+   LUNA__CLI_EXPECT_RATE as a period in ns (rounded), and the rate itself
+   in *hz unless hz is NULL; a time scale from 0 to LUNA_TIME_SCALE_MAX; a
+   decimal integer (a '-' only when is_signed). */
 bool luna__cli_parse_double(const char *s, double *out);
-bool luna__cli_parse_rate(const char *s, luna_ns *period);
+bool luna__cli_parse_rate(const char *s, double *hz, luna_ns *period);
 bool luna__cli_parse_time_scale(const char *s, double *out);
 bool luna__cli_parse_integer(const char *s, bool is_signed, long long *out);
+
+/* What each parser expects, as a bad value's message says it. The rate's
+   range keeps every period from 1 ns to 1e18 ns, which the clocks count. */
+#define LUNA__CLI_EXPECT_RATE "a rate in Hz from 1e-9 to 1e9"
+#define LUNA__CLI_EXPECT_TIME_SCALE "a number from 0 to 1e6" /* LUNA_TIME_SCALE_MAX */
+#define LUNA__CLI_EXPECT_COUNT "a whole number >= 0"
+#define LUNA__CLI_EXPECT_INTEGER "an integer"
+
+/* The message of a bad value: the value, the option or command with its
+   prefix ("--" or ":") and name, and what was expected (the REPL prints
+   it as it is; luna__cli_bad_value prints it as a usage error). */
+#define LUNA__CLI_BAD_VALUE "bad value '%s' for %s%s (expected %s)"
+
+/* Reports LUNA__CLI_BAD_VALUE for the option --NAME as a usage error and
+   returns LUNA_EXIT_USAGE. */
 int luna__cli_bad_value(const char *option, const char *value, const char *expected);
 
 /* Prints "lunaloop: <message>" and a hint to --help on stderr and returns

@@ -1,7 +1,8 @@
 /*
-** options.c: the options of `lunaloop run` (DESIGN.md §5), parsed with
-** getopt_long, and the checked number parsing they need. Every bad value is
-** a usage error that names the option and what it expected.
+** options.c: the options of `lunaloop run` and `repl`, parsed with
+** getopt_long, the frame options that `mods` shares, and the checked value
+** parsers that they and the REPL's commands use. Every bad value is a usage
+** error that names the option and what it expected.
 */
 #include <errno.h>
 #include <getopt.h>
@@ -34,16 +35,17 @@ bool luna__cli_parse_double(const char *s, double *out) {
 /* A rate in Hz, from 1e-9 to 1e9 (periods from 1 ns to 1e18 ns, which
    the clocks can count), becomes a period in ns, rounded to nearest
    (60 Hz: 16,666,667 ns). */
-bool luna__cli_parse_rate(const char *s, luna_ns *period) {
-  double hz, ns;
-  if (!luna__cli_parse_double(s, &hz) || !(hz >= 1e-9 && hz <= 1e9))
+bool luna__cli_parse_rate(const char *s, double *hz, luna_ns *period) {
+  double v;
+  if (!luna__cli_parse_double(s, &v) || !(v >= 1e-9 && v <= 1e9))
     return false;
-  ns = round(1e9 / hz);
-  *period = (luna_ns)ns;
+  *period = (luna_ns)round(1e9 / v);
+  if (hz != NULL)
+    *hz = v;
   return true;
 }
 
-/* Parses a whole string as a decimal integer; `is_signed` allows a '-'. */
+/* A time scale, from 0 to LUNA_TIME_SCALE_MAX. */
 bool luna__cli_parse_time_scale(const char *s, double *out) {
   double v;
   if (!luna__cli_parse_double(s, &v) || v < 0 || v > LUNA_TIME_SCALE_MAX)
@@ -66,8 +68,7 @@ bool luna__cli_parse_integer(const char *s, bool is_signed, long long *out) {
 }
 
 int luna__cli_bad_value(const char *option, const char *value, const char *expected) {
-  return luna__cli_usage_error("bad value '%s' for --%s (expected %s)", value, option,
-                               expected);
+  return luna__cli_usage_error(LUNA__CLI_BAD_VALUE, value, "--", option, expected);
 }
 
 void luna__cli_run_defaults(luna_run_options *opts) {
@@ -85,22 +86,22 @@ int luna__cli_frame_option(int c, const char *name, const char *arg, luna_run_op
     return -1;
   case LUNA__OPT_HZ:
   case LUNA__OPT_FIXED_HZ:
-    if (!luna__cli_parse_rate(arg, c == LUNA__OPT_HZ ? &opts->frame_dt_ns : &opts->fixed_dt_ns))
-      return luna__cli_bad_value(name, arg, "a rate in Hz from 1e-9 to 1e9");
+    if (!luna__cli_parse_rate(arg, NULL, c == LUNA__OPT_HZ ? &opts->frame_dt_ns : &opts->fixed_dt_ns))
+      return luna__cli_bad_value(name, arg, LUNA__CLI_EXPECT_RATE);
     return -1;
   case LUNA__OPT_FRAMES:
     if (!luna__cli_parse_integer(arg, false, &n))
-      return luna__cli_bad_value(name, arg, "a whole number >= 0");
+      return luna__cli_bad_value(name, arg, LUNA__CLI_EXPECT_COUNT);
     opts->has_frames = true;
     opts->frames = (uint64_t)n;
     return -1;
   case LUNA__OPT_TIME_SCALE:
     if (!luna__cli_parse_time_scale(arg, &opts->time_scale))
-      return luna__cli_bad_value(name, arg, "a number from 0 to 1e6");
+      return luna__cli_bad_value(name, arg, LUNA__CLI_EXPECT_TIME_SCALE);
     return -1;
   default: /* LUNA__OPT_SEED */
     if (!luna__cli_parse_integer(arg, true, &opts->seed))
-      return luna__cli_bad_value(name, arg, "an integer");
+      return luna__cli_bad_value(name, arg, LUNA__CLI_EXPECT_INTEGER);
     opts->has_seed = true;
     return -1;
   }

@@ -5,8 +5,6 @@
 ** state of its own (the commands change the session's). Includes repl.h
 ** (cli.h), lunaloop_lua.h and Lua.
 */
-#include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,24 +37,10 @@ static void usage(const command *cmd) {
   luna__repl_printf(stderr, "usage: :%s %s\n", cmd->name, cmd->args);
 }
 
-static bool parse_count(const char *s, long long *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (end == s || *end != '\0' || errno != 0 || v < 0)
-    return false;
-  *out = v;
-  return true;
-}
-
-static bool parse_number(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || *end != '\0' || errno != 0 || !isfinite(v))
-    return false;
-  *out = v;
-  return true;
+/* A value the command refused: the options' message (cli.h), so `:hz` and
+   `--hz` say the same. */
+static void bad_value(const command *cmd, const char *arg, const char *expected) {
+  luna__repl_printf(stderr, LUNA__CLI_BAD_VALUE "\n", arg, ":", cmd->name, expected);
 }
 
 static void report_frame(const char *what) {
@@ -101,11 +85,10 @@ static void cmd_resume(const command *cmd, char *arg) {
 
 static void cmd_step(const command *cmd, char *arg) {
   long long count = 1;
-  if (*arg != '\0' && !parse_count(arg, &count)) {
-    luna__repl_printf(stderr, "usage: :step [N] (N >= 0 frames)\n");
+  if (*arg != '\0' && !luna__cli_parse_integer(arg, false, &count)) {
+    bad_value(cmd, arg, LUNA__CLI_EXPECT_COUNT);
     return;
   }
-  (void)cmd;
   R.paused = true;
   long long done = 0;
   /* Ctrl-C stops the steps after the frame that runs (repl_interrupt.c). */
@@ -120,31 +103,38 @@ static void cmd_step(const command *cmd, char *arg) {
 
 static void cmd_timescale(const command *cmd, char *arg) {
   double x;
-  (void)cmd;
   if (*arg == '\0')
     luna__repl_printf(stdout, "time scale %g\n", luna_loop_time_scale(R.loop));
-  else if (!parse_number(arg, &x) || luna_loop_set_time_scale(R.loop, x) != 0)
-    luna__repl_printf(stderr, "usage: :timescale X (X >= 0)\n");
+  else if (!luna__cli_parse_time_scale(arg, &x) || luna_loop_set_time_scale(R.loop, x) != 0)
+    bad_value(cmd, arg, LUNA__CLI_EXPECT_TIME_SCALE);
   else
     luna__repl_printf(stdout, "time scale %g\n", x);
 }
 
 static void cmd_hz(const command *cmd, char *arg) {
-  double x;
-  (void)cmd;
-  if (*arg == '\0' || !parse_number(arg, &x) || x <= 0 || round(1e9 / x) < 1) {
-    luna__repl_printf(stderr, "usage: :hz N (N > 0 frames per second)\n");
+  double hz;
+  luna_ns period;
+  if (*arg == '\0') {
+    usage(cmd);
     return;
   }
-  R.opts.frame_dt_ns = (luna_ns)round(1e9 / x);
+  if (!luna__cli_parse_rate(arg, &hz, &period)) {
+    bad_value(cmd, arg, LUNA__CLI_EXPECT_RATE);
+    return;
+  }
+  R.opts.frame_dt_ns = period;
   luna__repl_pace();
-  luna__repl_printf(stdout, "%g frames per second\n", x);
+  luna__repl_printf(stdout, "%g frames per second\n", hz);
 }
 
 static void cmd_cancel(const command *cmd, char *arg) {
   long long id;
-  if (!parse_count(arg, &id)) {
+  if (*arg == '\0') {
     usage(cmd);
+    return;
+  }
+  if (!luna__cli_parse_integer(arg, false, &id)) {
+    bad_value(cmd, arg, LUNA__CLI_EXPECT_COUNT);
     return;
   }
   lua_pushinteger(R.L, id);
@@ -209,8 +199,9 @@ static const command commands[] = {
   {"resume", "", "", "restart the frames", cmd_resume},
   {"step", "", "[N]", "run N frames now (default 1), pausing first;\n"
                       "Ctrl-C stops it after the current frame", cmd_step},
-  {"timescale", "", "[X]", "show or set the time scale", cmd_timescale},
-  {"hz", "", "N", "set the frame rate", cmd_hz},
+  {"timescale", "", "[X]", "show or set the time scale\n"
+                           "(X: " LUNA__CLI_EXPECT_TIME_SCALE ")", cmd_timescale},
+  {"hz", "", "N", "set the frame rate (N: " LUNA__CLI_EXPECT_RATE ")", cmd_hz},
   {"cancel", "", "ID", "cancel the task with that id (see :tasks)", cmd_cancel},
   {"load", "", "FILE [&]", "run a Lua file as a task", cmd_load},
   {"bg", "", "CODE", "run CODE in the background", cmd_bg},

@@ -101,6 +101,23 @@ case_usage_errors() {
   if grep -E '^lunaloop: .*\.$' "$ERR" >/dev/null; then fail "message ends with a period"; fi
 }
 
+# --hz takes rates from 1e-9 to 1e9 Hz (periods from 1 ns to 1e18 ns, which
+# the clocks count) at both ends, and refuses what lies past them with one
+# message; the REPL's :hz shares the parser and the message
+# (tests/repl: hz_takes_the_range_and_message_of_the_option).
+case_hz_range_limits() {
+  ll run --fast --frames 1 --hz 1e-9 "$S/ok.lua"
+  expect_status 0
+  ll run --fast --frames 1 --hz 1e9 "$S/ok.lua"
+  expect_status 0
+  ll run --hz 9e-10 "$S/ok.lua"
+  expect_status 2
+  expect_err "^lunaloop: bad value '9e-10' for --hz \\(expected a rate in Hz from 1e-9 to 1e9\\)$"
+  ll repl --hz 2e9
+  expect_status 2
+  expect_err "^lunaloop: bad value '2e9' for --hz \\(expected a rate in Hz from 1e-9 to 1e9\\)$"
+}
+
 # `mods` exists now (issue #6, tests/mods/mods_cli_test.sh has its cases):
 # a folder that cannot be read is a usage error.
 case_mods_bad_dir() {

@@ -192,6 +192,34 @@ def case_step_while_paused():
         s.close()
 
 
+def case_hz_takes_the_range_and_message_of_the_option():
+    """`:hz` took any rate above 0 (a rate below 1e-9 Hz gave a period the
+    clocks cannot count) and refused with a message of its own, while
+    `--hz` takes 1e-9 to 1e9 Hz. Both share one parser now: the limits are
+    taken, what lies past them is refused with --hz's message."""
+    s = start()
+    try:
+        enter(s, ":hz 1e9")
+        s.wait_for("\n1e+09 frames per second\n")
+        wait_prompt(s)
+        enter(s, ":hz 2e9")
+        s.wait_for("\nbad value '2e9' for :hz (expected a rate in Hz from 1e-9 to 1e9)\n")
+        wait_prompt(s)
+        enter(s, ":hz 1e-9")
+        s.wait_for("\n1e-09 frames per second\n")
+        wait_prompt(s)
+        enter(s, ":hz 9e-10")
+        s.wait_for("\nbad value '9e-10' for :hz (expected a rate in Hz from 1e-9 to 1e9)\n")
+        wait_prompt(s)
+        enter(s, ":hz 60")
+        s.wait_for("\n60 frames per second\n")
+        enter(s, "task.delay_frame(2) return 'frames run'")
+        s.wait_for("\nframes run\n")
+        wait_prompt(s)
+    finally:
+        s.close()
+
+
 def case_ctrl_c_cancels_the_running_chunk():
     s = start()
     try:
