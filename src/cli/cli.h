@@ -13,8 +13,8 @@
 #include "lunaloop.h"
 #include "lunaloop_lua.h"
 
-/* Exit statuses of the program (DESIGN.md §5). task.exit(code) may give any
-   other code. */
+/* Exit statuses of the program (the --help text lists them).
+   task.exit(code) may give any other code. */
 enum {
   LUNA_EXIT_OK = 0,          /* everything finished, no error reported */
   LUNA_EXIT_ERROR = 1,       /* a task error was reported */
@@ -31,7 +31,9 @@ enum {
    from it) to `out`. */
 void luna__cli_usage(FILE *out);
 
-/* Values, shared by the options of run, repl and mods (options.c) and by
+/* ---- values.c: the values of options and commands ---------------------- */
+
+/* Values, shared by the options of run, repl and mods and by
    the REPL's commands, so that `--hz` and `:hz` accept the same range and
    refuse with the same text. Each parses the whole string and returns
    false for anything else: a finite double; a rate in Hz in the range of
@@ -42,6 +44,8 @@ bool luna__cli_parse_double(const char *s, double *out);
 bool luna__cli_parse_rate(const char *s, double *hz, luna_ns *period);
 bool luna__cli_parse_time_scale(const char *s, double *out);
 bool luna__cli_parse_integer(const char *s, bool is_signed, long long *out);
+/* BYTES with an optional k, m or g suffix (powers of 1024), > 0. */
+bool luna__cli_parse_bytes(const char *s, size_t *out);
 
 /* What each parser expects, as a bad value's message says it. The rate's
    range keeps every period from 1 ns to 1e18 ns, which the clocks count. */
@@ -144,7 +148,7 @@ struct lua_State;
 int luna__script_prepare(struct lua_State *L, const luna_run_options *opts,
                          int argc, char **argv, int script, int *status);
 
-/* ---- signals.c: the signals that stop the program, and SIGQUIT ------------- */
+/* ---- signals.c: every signal the program takes ---------------------------- */
 
 /* Installs the handlers of the stop signals: SIGTERM, SIGHUP and, when
    on_ctrl_c is NULL (run, mods), SIGINT. The first one sets the
@@ -180,6 +184,8 @@ bool luna__take_ctrl_c(void);
 
 /* True once after SIGWINCH (a Ctrl-C handler installed it). */
 bool luna__take_resize(void);
+
+/* ---- report.c: what the tasks wait on ------------------------------------ */
 
 /* Writes "lunaloop: tasks at frame N (<why>):" ("...frame N:" when why is
    NULL) and then one line per live task of L (what it waits on, and
@@ -262,8 +268,8 @@ void luna__edit_remember(const char *text);
 
 /* ---- repl.c: `lunaloop repl` ----------------------------------------------- */
 
-/* `lunaloop repl [options]`: a live loop with a prompt; returns the exit
-   status (0 after Ctrl-D or :quit, task.exit's code, 2 for a usage error). */
+/* `lunaloop repl [options]`: a live loop with a prompt (its files share
+   the private repl.h); returns the exit status (0 after Ctrl-D or :quit, task.exit's code, 2 for a usage error). */
 int luna__cli_repl(int argc, char **argv, int first);
 
 /* ---- mods.c: `lunaloop mods` ------------------------------------------------- */

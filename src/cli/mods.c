@@ -1,5 +1,5 @@
 /*
-** mods.c: `lunaloop mods [options] DIR` (issue #6, docs/modding.md): loads
+** mods.c: `lunaloop mods [options] DIR` (docs/modding.md): loads
 ** every mod in DIR in dependency order into a mod set on one loop, then
 ** drives frames like `run` until no mod has a task or callback alive (and no
 ** message waits), --frames frames have run, or a stop signal (Ctrl-C,
@@ -11,9 +11,7 @@
 ** at the end, after every mod has been unloaded (so that errors raised while
 ** their tasks are cancelled are counted).
 */
-#include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,28 +37,6 @@ static const struct option long_options[] = {
   {"help", no_argument, NULL, 'h'},
   {NULL, 0, NULL, 0}
 };
-
-/* BYTES with an optional k, m or g suffix (powers of 1024). */
-static bool parse_bytes(const char *s, size_t *out) {
-  char *end;
-  unsigned long long v, mul = 1;
-  if (strchr(s, '-') != NULL)
-    return false;
-  errno = 0;
-  v = strtoull(s, &end, 10);
-  if (end == s || errno == ERANGE)
-    return false;
-  if (*end == 'k' || *end == 'K')
-    mul = 1024, end++;
-  else if (*end == 'm' || *end == 'M')
-    mul = 1024 * 1024, end++;
-  else if (*end == 'g' || *end == 'G')
-    mul = 1024ULL * 1024 * 1024, end++;
-  if (*end != '\0' || v == 0 || v > SIZE_MAX / mul)
-    return false;
-  *out = (size_t)(v * mul);
-  return true;
-}
 
 /* Parses argv[1..] (argv[0] is "mods"); -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, mods_options *o) {
@@ -88,7 +64,7 @@ static int parse_options(int argc, char **argv, mods_options *o) {
       o->mods.watch_frames = n == 0 ? -1 : (int)n;
       break;
     case OPT_MEMORY:
-      if (!parse_bytes(optarg, &o->mods.memory_limit))
+      if (!luna__cli_parse_bytes(optarg, &o->mods.memory_limit))
         return luna__cli_bad_value(name, optarg, "a positive size in bytes, e.g. 512k or 64m");
       break;
     case OPT_BUDGET:

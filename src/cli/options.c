@@ -1,13 +1,10 @@
 /*
 ** options.c: the options of `lunaloop run` and `repl`, parsed with
-** getopt_long, the frame options that `mods` shares, and the checked value
-** parsers that they and the REPL's commands use. Every bad value is a usage
-** error that names the option and what it expected.
+** getopt_long, and the frame options that `mods` shares. Values are read by
+** the parsers of values.c; every bad value is a usage error that names the
+** option and what it expected.
 */
-#include <errno.h>
 #include <getopt.h>
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -20,52 +17,6 @@ static const struct option long_options[] = {
   {"help", no_argument, NULL, 'h'},
   {NULL, 0, NULL, 0}
 };
-
-/* Parses a whole string as a finite double. */
-bool luna__cli_parse_double(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
-    return false;
-  *out = v;
-  return true;
-}
-
-/* A rate in Hz, from 1e-9 to 1e9 (periods from 1 ns to 1e18 ns, which
-   the clocks can count), becomes a period in ns, rounded to nearest
-   (60 Hz: 16,666,667 ns). */
-bool luna__cli_parse_rate(const char *s, double *hz, luna_ns *period) {
-  double v;
-  if (!luna__cli_parse_double(s, &v) || !(v >= 1e-9 && v <= 1e9))
-    return false;
-  *period = (luna_ns)round(1e9 / v);
-  if (hz != NULL)
-    *hz = v;
-  return true;
-}
-
-/* A time scale, from 0 to LUNA_TIME_SCALE_MAX. */
-bool luna__cli_parse_time_scale(const char *s, double *out) {
-  double v;
-  if (!luna__cli_parse_double(s, &v) || v < 0 || v > LUNA_TIME_SCALE_MAX)
-    return false;
-  *out = v;
-  return true;
-}
-
-/* Parses a whole string as a decimal integer; `is_signed` allows a '-'. */
-bool luna__cli_parse_integer(const char *s, bool is_signed, long long *out) {
-  char *end;
-  if (!is_signed && strchr(s, '-') != NULL)
-    return false; /* strtoull would wrap "-1" around */
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (end == s || *end != '\0' || errno == ERANGE)
-    return false;
-  *out = v;
-  return true;
-}
 
 int luna__cli_bad_value(const char *option, const char *value, const char *expected) {
   return luna__cli_usage_error(LUNA__CLI_BAD_VALUE, value, "--", option, expected);

@@ -1,5 +1,5 @@
 /*
-** run.c: `lunaloop run [options] SCRIPT [ARGS...]` (DESIGN.md §5, §6).
+** run.c: `lunaloop run [options] SCRIPT [ARGS...]`.
 **
 ** The order of a run:
 **   1. a loop (fixed_dt from --fixed-hz, time scale from --time-scale; under

@@ -1,6 +1,7 @@
 /*
-** signals.c: the signals that stop `lunaloop run`, `repl` and `mods`
-** cleanly, and SIGQUIT's report.
+** signals.c: every signal the program takes: those that stop `lunaloop
+** run`, `repl` and `mods` cleanly, SIGQUIT's request for a report
+** (report.c), and the REPL's Ctrl-C and SIGWINCH.
 **
 ** SIGINT (Ctrl-C), SIGTERM (what timeout, docker stop and systemd send) and
 ** SIGHUP (the terminal went away) are one request: stop. The handler only
@@ -153,19 +154,4 @@ bool luna__take_resize(void) {
     return false;
   resized = 0;
   return true;
-}
-
-void luna__report_tasks(lua_State *L, FILE *out, const char *why) {
-  luna_loop *loop = luna_lua_loop(L);
-  fflush(stdout);
-  fprintf(out, LUNA_PROGNAME ": tasks at frame %llu%s%s%s:\n",
-          (unsigned long long)(loop != NULL ? luna_loop_frame_count(loop) : 0),
-          why != NULL ? " (" : "", why != NULL ? why : "", why != NULL ? ")" : "");
-  luna__write_task_list(L, out, "  ");
-  fflush(out);
-}
-
-void luna__write_task_list(lua_State *L, FILE *out, const char *indent) {
-  if (luna_lua_write_tasks(L, out, indent) == 0)
-    fprintf(out, "%sno tasks\n", indent);
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/cli/cli_test.sh LUNALOOP CASE: one behaviour of the lunaloop program
-# (DESIGN.md §5, §6). Each `case_NAME` function below is registered by
+# (its --help text, README.md and docs/api.md state them). Each `case_NAME` function below is registered by
 # CMakeLists.txt as the ctest test cli.NAME; add a function to add a test.
 set -euo pipefail
 
@@ -118,8 +118,8 @@ case_hz_range_limits() {
   expect_err "^lunaloop: bad value '2e9' for --hz \\(expected a rate in Hz from 1e-9 to 1e9\\)$"
 }
 
-# `mods` exists now (issue #6, tests/mods/mods_cli_test.sh has its cases):
-# a folder that cannot be read is a usage error.
+# A folder that `mods` cannot read is a usage error (the other cases of
+# `mods` are in tests/mods/mods_cli_test.sh).
 case_mods_bad_dir() {
   ll mods somewhere-that-does-not-exist
   expect_status 2

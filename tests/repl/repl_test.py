@@ -393,7 +393,7 @@ def cpu_seconds(pid):
 
 
 def case_a_long_typed_line():
-    """Issue #7: typing a line of 8,000 characters aborted the debug build
+    """Typing a line of 8,000 characters aborted the debug build
     inside libedit ("malloc(): invalid next size"). Its readline-compatible
     callback interface keeps rl_line_buffer pointing at the buffer the line
     was first encoded into, and writes through it on every key once the line
@@ -431,7 +431,7 @@ def case_a_long_typed_line():
 
 
 def case_ctrl_c_stops_a_long_step():
-    """Issue #7: `:step 100000000` ran every frame before looking at the
+    """`:step 100000000` ran every frame before looking at the
     keyboard, so Ctrl-C could not stop it. It now stops after the current
     frame, says how many ran, and the loop stays paused. That Ctrl-C does
     not interrupt the callback the frame was running (a busy one here); a
@@ -508,7 +508,7 @@ def ticks_now(s):
 
 
 def case_ctrl_c_at_the_prompt_leaves_background_work_alone():
-    """Issue #7: Ctrl-C at the prompt interrupted whatever task or callback
+    """Ctrl-C at the prompt interrupted whatever task or callback
     a frame ran at that instant (the busy callback here, which then failed
     and was removed). It only clears the line now."""
     s = start_with_background()
@@ -600,7 +600,7 @@ def case_a_stuck_background_task_takes_a_second_ctrl_c():
 
 
 def case_an_interrupted_callback_is_reported_once():
-    """Issue #7: interrupting a frame printed "lunaloop: error handler
+    """Interrupting a frame printed "lunaloop: error handler
     failed: interrupted" (the interrupt hook stayed on the thread that runs
     callbacks and the error handler), and every callback after the stuck one
     in that frame failed as well. One report now, and the other callback
@@ -651,7 +651,7 @@ def case_printing_results_is_protected():
 
 
 def case_bg_without_code_starts_nothing():
-    """Issue #7: `:bg` with no code, and a lone `&`, started an empty task.
+    """`:bg` with no code, and a lone `&`, started an empty task.
     They print a usage line and start nothing."""
     s = start()
     try:
