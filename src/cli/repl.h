@@ -42,9 +42,8 @@ extern luna_repl luna__repl;
    them below it. */
 void luna__repl_out_begin(void);
 void luna__repl_out_end(void);
-/* Writes len bytes, or a formatted line of at most 1023 bytes, to f
-   between out_begin and out_end. */
-void luna__repl_write(FILE *f, const char *s, size_t len);
+/* Writes a formatted line of at most 1023 bytes to f between out_begin and
+   out_end. */
 void luna__repl_printf(FILE *f, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -60,7 +59,7 @@ void luna__repl_after_echo(void);
 bool luna__repl_at_line_start(void);
 void luna__repl_set_line_start(void);
 /* Routes print, io.write (to stdout) and the error reports (task.on_error)
-   of L through luna__repl_write. Raises on failure. */
+   of L between out_begin and out_end. Raises on failure. */
 void luna__repl_route_output(lua_State *L);
 /* Pushes the REPL's print (a chunk's results are printed with it, whatever
    the global `print` is now). */

@@ -62,7 +62,8 @@ void luna__repl_out_end(void) {
   hidden = false;
 }
 
-void luna__repl_write(FILE *f, const char *s, size_t len) {
+/* Writes len bytes to f between out_begin and out_end. */
+static void out_write(FILE *f, const char *s, size_t len) {
   luna__repl_out_begin();
   fwrite(s, 1, len, f);
   if (len > 0)
@@ -78,7 +79,7 @@ void luna__repl_printf(FILE *f, const char *fmt, ...) {
   va_end(ap);
   if (n < 0)
     return;
-  luna__repl_write(f, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+  out_write(f, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 }
 
 void luna__repl_report_tasks(FILE *f, const char *why) {
@@ -93,11 +94,11 @@ static void write_buffer(lua_State *L, luaL_Buffer *b, FILE *f) {
   size_t len;
   luaL_pushresult(b);
   const char *s = lua_tolstring(L, -1, &len);
-  luna__repl_write(f, s, len);
+  out_write(f, s, len);
 }
 
 /* print(...): as the stock print (tostring of each value, tabs, newline),
-   through luna__repl_write. */
+   through out_write. */
 static int l_print(lua_State *L) {
   int n = lua_gettop(L);
   luaL_Buffer b;

@@ -131,11 +131,17 @@ int luna__interrupt_status(void) {
   return stopped_by != 0 ? 128 + stopped_by : LUNA_EXIT_OK;
 }
 
-bool luna__quit_requested(void) {
-  if (!quit_requested)
+/* Takes a flag a handler set: true once per setting. A signal between the
+   test and the clear is merged into the one taken, as signals merge. */
+static bool take(volatile sig_atomic_t *flag) {
+  if (!*flag)
     return false;
-  quit_requested = 0;
+  *flag = 0;
   return true;
+}
+
+bool luna__quit_requested(void) {
+  return take(&quit_requested);
 }
 
 bool luna__ctrl_c_pending(void) {
@@ -143,15 +149,9 @@ bool luna__ctrl_c_pending(void) {
 }
 
 bool luna__take_ctrl_c(void) {
-  if (!ctrl_c_pressed)
-    return false;
-  ctrl_c_pressed = 0;
-  return true;
+  return take(&ctrl_c_pressed);
 }
 
 bool luna__take_resize(void) {
-  if (!resized)
-    return false;
-  resized = 0;
-  return true;
+  return take(&resized);
 }
