@@ -31,6 +31,7 @@
 #                   round by round, and the ratio new/old of each (with
 #                   --instructions: the instruction counts of both).
 # A peer whose Lua module is missing (luv, cqueues) is skipped with a note.
+# Exits 1 when a measurement failed (after the report of the others).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -156,7 +157,7 @@ measure() {
   local tag=$1 b=$2 gc=$3 round=$4 line
   # shellcheck disable=SC2046
   line=$(LUNA_BENCH_GC=$gc "$b" $(bench_args "$5" "$6" "$7")) ||
-    { note "failed: luna_bench $(bench_args "$5" "$6" "$7")"; return 0; }
+    { note "failed: luna_bench $(bench_args "$5" "$6" "$7")"; failed=1; return 0; }
   [ -n "$line" ] || return 0
   printf 'gc=%s round=%s bin=%s %s\n' "$gc" "$round" "$tag" "$line" | tee -a "$results"
 }
@@ -175,6 +176,7 @@ icount() {
          valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" --log-file=/dev/null \
          "$b" $(bench_args "$impl" "$w" "$i") >/dev/null; then
       note "failed under callgrind: luna_bench $(bench_args "$impl" "$w" "$i")"
+      failed=1
       return 0
     fi
     ir+=("$(awk '/^summary:/ { print $2 }' "$tmp/cg.out")")
@@ -200,6 +202,7 @@ rotate() {
 }
 
 started=$(date +%s)
+failed=0
 : >"$results"
 for gc in "${gc_modes[@]}"; do
   for row in "${plan[@]}"; do
@@ -239,7 +242,7 @@ hostile=
 if [ -z "$old" ] && [ "$instructions" -eq 0 ] && { [ -z "$only" ] || grep -qE -- "$only" <<<hostile; }; then
   # Hostile mods (bench/hostile.c): wall-clock frames against a wall-clock
   # budget, not a ratio; listed again at the end.
-  hostile=$("$bin" hostile "$N_HOSTILE") || note "failed: luna_bench hostile $N_HOSTILE"
+  hostile=$("$bin" hostile "$N_HOSTILE") || { note "failed: luna_bench hostile $N_HOSTILE"; failed=1; }
   printf '%s\n' "$hostile"
 fi
 elapsed=$(($(date +%s) - started))
@@ -417,3 +420,4 @@ if [ -n "$hostile" ]; then
 fi
 echo
 note "suite finished in ${elapsed}s"
+[ "$failed" -eq 0 ] || { note "some measurements failed (see above)"; exit 1; }
