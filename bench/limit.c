@@ -209,8 +209,9 @@ static void w2_sleepers(long n, bool by_deadline, bench_result *out) {
   out->ops = (double)n;
   out->ns_per_op = (double)(t2 - t0) / (double)n;
   if (phases != NULL)
-    fprintf(stderr, "W2_sleepers limit phases: start %.1f finish %.1f ns a coroutine\n",
-            (double)(t1 - t0) / (double)n, (double)(t2 - t1) / (double)n);
+    fprintf(stderr, "W2_sleepers %s phases: start %.1f finish %.1f ns a coroutine\n",
+            by_deadline ? "limit_deadline" : "limit", (double)(t1 - t0) / (double)n,
+            (double)(t2 - t1) / (double)n);
   free(cos);
   free(d);
   free(heap);
