@@ -26,6 +26,8 @@
 #                   (so setup cost cancels); the machine's load does not
 #                   change them;
 #   --only REGEX    only the workloads whose name matches (grep -E);
+#   --report FILE   measure nothing: the report of the measurement lines
+#                   in FILE (a saved output of this suite, or a part of one);
 #   --compare OLD   OLD is another luna_bench (the build before a change):
 #                   the lunaloop workloads of both programs interleaved
 #                   round by round, and the ratio new/old of each (with
@@ -36,10 +38,10 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 usage() {
-  echo "usage: bench/suite.sh [--quick] [--no-scaling] [--rounds R] [--gc MODES] [--instructions] [--only REGEX] [--compare OLD_LUNA_BENCH] LUNA_BENCH" >&2
+  echo "usage: bench/suite.sh [--quick] [--no-scaling] [--rounds R] [--gc MODES] [--instructions] [--only REGEX] [--report FILE] [--compare OLD_LUNA_BENCH] LUNA_BENCH" >&2
   exit 2
 }
-quick=0 scaling=1 rounds= gcs=generational,incremental instructions=0 old= only=
+quick=0 scaling=1 rounds= gcs=generational,incremental instructions=0 old= only= report=
 while [ $# -gt 1 ]; do
   case "$1" in
     --quick) quick=1; scaling=0 ;;
@@ -49,6 +51,7 @@ while [ $# -gt 1 ]; do
     --instructions) instructions=1; scaling=0 ;;
     --compare) [ $# -gt 2 ] || usage; old=$2; shift ;;
     --only) [ $# -gt 2 ] || usage; only=$2; shift ;;
+    --report) [ $# -gt 2 ] || usage; report=$2; shift ;;
     *) usage ;;
   esac
   shift
@@ -207,7 +210,8 @@ rotate() {
 started=$(date +%s)
 failed=0
 : >"$results"
-for gc in "${gc_modes[@]}"; do
+[ -z "$report" ] || { grep '^gc=' "$report" >"$results" || true; gc_modes=(); }
+for gc in ${gc_modes[@]+"${gc_modes[@]}"}; do
   counted=
   for row in "${plan[@]}"; do
     read -r w n impls <<<"$row"
@@ -246,7 +250,7 @@ for gc in "${gc_modes[@]}"; do
   done
 done
 hostile=
-if [ -z "$old" ] && [ "$instructions" -eq 0 ] && { [ -z "$only" ] || grep -qE -- "$only" <<<hostile; }; then
+if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$only" ] || grep -qE -- "$only" <<<hostile; }; then
   # Hostile mods (bench/hostile.c): wall-clock frames against a wall-clock
   # budget, not a ratio; listed again at the end.
   hostile=$("$bin" hostile "$N_HOSTILE") || { note "failed: luna_bench hostile $N_HOSTILE"; failed=1; }
