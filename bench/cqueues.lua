@@ -4,13 +4,15 @@
 -- such task once, so a frame is cq:step(0)); "sleep" is cqueues.sleep(s).
 -- cqueues has no virtual clock: sleepers run in real time and their cost is
 -- the process's CPU time. Memory counts what cqueues allocates through Lua.
--- W6 (an update layer of plain callbacks) does not map onto cqueues.
+-- W6 (an update layer of plain callbacks) does not map onto cqueues. Each
+-- workload returns ns_per_op, bytes_per_task, allocs_per_op and the op
+-- count (bench/common.lua).
+local C = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "common.lua")
 local cqueues = require "cqueues"
 local bench = bench
 local sleep = cqueues.sleep
 
 local W = {}
-
 
 local function step(cq)
   local ok, err = cq:step(0)
@@ -18,13 +20,11 @@ local function step(cq)
 end
 
 local function frames(cq, k)
-  local t0 = bench.now()
-  for _ = 1, k do step(cq) end
-  return bench.now() - t0
+  return C.timed(function() for _ = 1, k do step(cq) end end)
 end
 
 function W.W1_yield(n)
-  local cq, R = cqueues.new(), bench.rounds(n)
+  local cq, R = cqueues.new(), C.rounds(n)
   local function body(r) for _ = 1, r do sleep(0) end end
   for _ = 1, n do cq:wrap(body, R + 2) end
   frames(cq, 2) -- the first step starts them
@@ -32,7 +32,7 @@ function W.W1_yield(n)
   local ns = frames(cq, R)
   local allocs = bench.allocs() - a0
   while not cq:empty() do step(cq) end
-  return ns / (n * R), nil, allocs / (n * R)
+  return ns / (n * R), nil, allocs / (n * R), n * R
 end
 
 function W.W2_sleepers(n)
@@ -48,7 +48,7 @@ function W.W2_sleepers(n)
   local ok, err = cq:loop()
   if not ok then error(err, 0) end
   assert(done == n, "W2: tasks left")
-  return (bench.cpu() - c0) / n
+  return (bench.cpu() - c0) / n, nil, nil, n
 end
 
 -- Sleep again and again for half a second of real time: CPU per sleep.
@@ -75,7 +75,7 @@ function W.W2_steady(n)
   window(0.5)
   local cpu, allocs, done = bench.cpu() - c0, bench.allocs() - a0, ops - ops0
   stop = true
-  return cpu / done, nil, allocs / done
+  return cpu / done, nil, allocs / done, done
 end
 
 function W.W2_frame(n)
@@ -83,42 +83,40 @@ function W.W2_frame(n)
   local function body() sleep(1e6) end
   for _ = 1, n do cq:wrap(body) end
   frames(cq, 10)
-  local k = bench.quick and 100 or 20000
+  local k = C.rounds(n, bench.quick and 100 or 20000)
   local a0 = bench.allocs()
   local ns = frames(cq, k)
-  return ns / k, nil, (bench.allocs() - a0) / k
+  return ns / k, nil, (bench.allocs() - a0) / k, k
 end
 
 function W.W3_churn(n)
   local cq = cqueues.new()
-  local batch = math.min(n, 10000)
-  local function one() sleep(0) end
-  local function spawner()
-    local done = 0
-    while done < n do
-      local k = math.min(batch, n - done)
-      for _ = 1, k do cq:wrap(one) end
-      done = done + k
-      sleep(0)
-    end
-  end
-  local t0 = bench.now()
-  cq:wrap(spawner)
-  while not cq:empty() do step(cq) end
-  return (bench.now() - t0) / n
+  local function wrap(fn) cq:wrap(fn) end
+  local function yield() sleep(0) end
+  local ns = C.timed(function()
+    wrap(C.churn_spawner(n, wrap, yield, yield))
+    while not cq:empty() do step(cq) end
+  end)
+  return ns / n, nil, nil, n
+end
+
+-- cq:wrap starts a task at the next step: the deferred idiom.
+function W.W3_tick(n)
+  local cq = cqueues.new()
+  local ns = C.tick(n, function(fn) cq:wrap(fn) end, function() step(cq) end,
+    function() return cq:empty() end)
+  return ns, nil, nil, n
 end
 
 function W.W4_memory(n)
-  collectgarbage()
-  collectgarbage()
+  C.collect()
   local m0 = bench.mem()
   local cq = cqueues.new()
   local function body(s) sleep(s) end
   for _ = 1, n do cq:wrap(body, 1e6) end
   step(cq) -- start them: each is now asleep
-  collectgarbage()
-  collectgarbage()
+  C.collect()
   return nil, (bench.mem() - m0) / n
 end
 
-return W
+return C.workloads(W)

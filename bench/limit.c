@@ -8,18 +8,25 @@
 **
 ** - W1_yield, W2_steady: n coroutines, each yielding every round; one round
 **   resumes them all (a "frame"); the measured rounds follow one warm round.
-** - W2_sleepers: n coroutines created, started (they yield their sleep time,
-**   which the floor ignores: it has no clock) and resumed once to finish.
-**   With LUNA_BENCH_PHASES set, the two phases are also timed apart (on
+** - W2_sleepers: n coroutines created, started (they yield their sleep time)
+**   and resumed once to finish. `limit` resumes them in creation order and
+**   ignores the time (no clock); `limit_deadline` keeps a virtual clock
+**   that advances 1/60 s a frame and wakes them in deadline order through
+**   a minimal binary heap of {deadline, index} (ties in creation order):
+**   the floor of a scheduler that does what W2 asks. With
+**   LUNA_BENCH_PHASES set, the two phases are also timed apart (on
 **   stderr); set to "nogc", the collector is stopped for the run.
 ** - W3_churn: batches of 10,000 coroutines; each round finishes the previous
 **   batch and creates and starts the next one.
+** - W3_tick: ticks of 1,000 coroutines, created, then each resumed once,
+**   finishing when first run (the peers' churn: deferred tasks that end at
+**   their first run).
 ** - W4_memory: live bytes per coroutine suspended in coroutine.yield,
 **   anchored in a preallocated table (16 bytes a slot).
 ** - W6_update: the floor of an update layer: a C loop that lua_calls n Lua
 **   functions (dt) per frame.
 **
-** `limit_task` (bench_limit with `task` set) runs W2_sleepers, W3_churn and
+** Times are process CPU time. `limit_task` runs W2_sleepers, W3_churn and
 ** W4_memory the same way, except that each coroutine is held through a
 ** task object: a full userdata of LIMIT_TASK_BYTES with the coroutine as
 ** its user value, anchored (or left on the stack) instead of the
@@ -46,12 +53,11 @@ static const double DT = 1.0 / 60.0;
 static bool with_task;
 
 /* Creates a coroutine on `fn` (a stack index of L) with up to two number
-   arguments, anchors it in the table at `anchor` (index i) or, when anchor
-   is 0, leaves it on L's stack, and runs it to its first yield. */
-static lua_State *start(lua_State *L, int fn, int anchor, long i, int nargs,
-                        double a1, double a2) {
+   arguments, not started, and anchors it in the table at `anchor` (index
+   i) or, when anchor is 0, leaves it on L's stack. */
+static lua_State *create(lua_State *L, int fn, int anchor, long i, int nargs, double a1,
+                         double a2) {
   lua_State *co;
-  int nres;
   if (with_task) { /* the task object, then its coroutine as user value */
     memset(lua_newuserdatauv(L, LIMIT_TASK_BYTES, 1), 0, LIMIT_TASK_BYTES);
     co = lua_newthread(L);
@@ -67,8 +73,19 @@ static lua_State *start(lua_State *L, int fn, int anchor, long i, int nargs,
   lua_xmove(L, co, nargs + 1);
   if (anchor != 0)
     lua_rawseti(L, anchor, i);
+  return co;
+}
+
+/* create(), then runs the coroutine to its first yield; returns the first
+   value it yielded (0 when none, or not a number). */
+static lua_State *start(lua_State *L, int fn, int anchor, long i, int nargs, double a1,
+                        double a2, double *yielded) {
+  lua_State *co = create(L, fn, anchor, i, nargs, a1, a2);
+  int nres;
   if (lua_resume(co, L, nargs, &nres) != LUA_YIELD)
     bench_die("limit: a coroutine did not yield: %s", lua_tostring(co, -1));
+  if (yielded != NULL)
+    *yielded = nres > 0 ? lua_tonumber(co, -nres) : 0;
   lua_pop(co, nres);
   return co;
 }
@@ -94,32 +111,72 @@ static void round_robin(long n, long rounds, const char *body, bench_result *out
   bench_push_chunk(L, body); /* 1 */
   lua_createtable(L, (int)n, 0); /* 2: anchors */
   for (i = 0; i < n; i++)
-    cos[i] = start(L, 1, 2, i + 1, 2, (double)(rounds + 2), 0.05);
+    cos[i] = start(L, 1, 2, i + 1, 2, (double)(rounds + 2), 0.05, NULL);
   for (i = 0; i < n; i++) /* warm round */
     step(cos[i], L, false);
   a0 = bench_allocs();
-  t0 = bench_now_ns();
+  t0 = bench_cpu_ns();
   for (r = 0; r < rounds; r++)
     for (i = 0; i < n; i++)
       step(cos[i], L, false);
-  elapsed = bench_now_ns() - t0;
-  out->allocs_per_op = (double)(bench_allocs() - a0) / (double)(n * rounds);
-  out->ns_per_op = (double)elapsed / (double)(n * rounds);
+  elapsed = bench_cpu_ns() - t0;
+  out->ops = (double)(n * rounds);
+  out->allocs_per_op = (double)(bench_allocs() - a0) / out->ops;
+  out->ns_per_op = (double)elapsed / out->ops;
   for (i = 0; i < n; i++)
     step(cos[i], L, true);
   free(cos);
   lua_close(L);
 }
 
-static void w2_sleepers(long n, bench_result *out) {
+/* The deadline-order floor's heap: a binary min-heap of {deadline, index},
+   ordered by deadline, then index (creation order). Nothing more than
+   waking in deadline order needs: no cancellation, no back-pointers. */
+typedef struct wake {
+  double deadline;
+  long i;
+} wake;
+
+static inline bool wake_before(wake a, wake b) {
+  return a.deadline < b.deadline || (a.deadline == b.deadline && a.i < b.i);
+}
+
+static void heap_push(wake *h, long *len, wake w) {
+  long k = (*len)++;
+  while (k > 0 && wake_before(w, h[(k - 1) / 2])) {
+    h[k] = h[(k - 1) / 2];
+    k = (k - 1) / 2;
+  }
+  h[k] = w;
+}
+
+static wake heap_pop(wake *h, long *len) {
+  wake top = h[0], last = h[--*len];
+  long k = 0, c;
+  while ((c = 2 * k + 1) < *len) {
+    if (c + 1 < *len && wake_before(h[c + 1], h[c]))
+      c++;
+    if (!wake_before(h[c], last))
+      break;
+    h[k] = h[c];
+    k = c;
+  }
+  h[k] = last;
+  return top;
+}
+
+/* W2_sleepers; `by_deadline` is limit_deadline. */
+static void w2_sleepers(long n, bool by_deadline, bench_result *out) {
   lua_State *L = bench_new_state();
   lua_State **cos = malloc((size_t)n * sizeof *cos);
   double *d = malloc((size_t)n * sizeof *d);
+  wake *heap = by_deadline ? malloc((size_t)n * sizeof *heap) : NULL;
   const char *phases = getenv("LUNA_BENCH_PHASES");
-  long i;
+  long i, len = 0;
+  double now = 0, s;
   int64_t t0, t1, t2;
   unsigned long long x = 42;
-  if (cos == NULL || d == NULL)
+  if (cos == NULL || d == NULL || (by_deadline && heap == NULL))
     bench_die("out of memory");
   for (i = 0; i < n; i++) { /* the sleep times, as the others draw them */
     x = x * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -129,21 +186,35 @@ static void w2_sleepers(long n, bench_result *out) {
                       "return function(s) yield(s) end"); /* 1 */
   if (phases != NULL && strcmp(phases, "nogc") == 0)
     lua_gc(L, LUA_GCSTOP);
-  t0 = bench_now_ns();
+  t0 = bench_cpu_ns();
   lua_createtable(L, (int)n, 0); /* 2 */
-  for (i = 0; i < n; i++)
-    cos[i] = start(L, 1, 2, i + 1, 1, d[i], 0);
-  t1 = bench_now_ns();
-  for (i = 0; i < n; i++)
-    step(cos[i], L, true);
+  for (i = 0; i < n; i++) {
+    cos[i] = start(L, 1, 2, i + 1, 1, d[i], 0, &s);
+    if (by_deadline)
+      heap_push(heap, &len, (wake){now + s, i});
+  }
+  t1 = bench_cpu_ns();
+  if (by_deadline) {
+    while (len > 0) { /* frames of 1/60 s until the last one woke */
+      now += DT;
+      while (len > 0 && heap[0].deadline <= now)
+        step(cos[heap_pop(heap, &len).i], L, true);
+    }
+  } else {
+    for (i = 0; i < n; i++)
+      step(cos[i], L, true);
+  }
   lua_settop(L, 1);
-  t2 = bench_now_ns();
+  t2 = bench_cpu_ns();
+  out->ops = (double)n;
   out->ns_per_op = (double)(t2 - t0) / (double)n;
   if (phases != NULL)
-    fprintf(stderr, "W2_sleepers limit phases: start %.1f finish %.1f ns a coroutine\n",
-            (double)(t1 - t0) / (double)n, (double)(t2 - t1) / (double)n);
+    fprintf(stderr, "W2_sleepers %s phases: start %.1f finish %.1f ns a coroutine\n",
+            by_deadline ? "limit_deadline" : "limit", (double)(t1 - t0) / (double)n,
+            (double)(t2 - t1) / (double)n);
   free(cos);
   free(d);
+  free(heap);
   lua_close(L);
 }
 
@@ -157,18 +228,44 @@ static void w3_churn(long n, bench_result *out) {
   bench_push_chunk(L, "local yield = coroutine.yield\n"
                       "return function() yield() end"); /* 1 */
   lua_checkstack(L, (int)batch + 8);
-  t0 = bench_now_ns();
+  t0 = bench_cpu_ns();
   while (done < n || prev > 0) {
     long k = n - done < batch ? n - done : batch;
     for (i = 0; i < prev; i++) /* the previous batch finishes */
       step(cur[i], L, true);
     lua_settop(L, 1);
     for (i = 0; i < k; i++)
-      cur[i] = start(L, 1, 0, 0, 0, 0, 0);
+      cur[i] = start(L, 1, 0, 0, 0, 0, 0, NULL);
     done += k;
     prev = k;
   }
-  out->ns_per_op = (double)(bench_now_ns() - t0) / (double)n;
+  out->ops = (double)n;
+  out->ns_per_op = (double)(bench_cpu_ns() - t0) / (double)n;
+  free(cur);
+  lua_close(L);
+}
+
+static void w3_tick(long n, bench_result *out) {
+  lua_State *L = bench_new_state();
+  long tick = n < 1000 ? n : 1000, done = 0, i;
+  lua_State **cur = malloc((size_t)tick * sizeof *cur);
+  int64_t t0;
+  if (cur == NULL)
+    bench_die("out of memory");
+  bench_push_chunk(L, "return function() end"); /* 1 */
+  lua_checkstack(L, (int)tick + 8);
+  t0 = bench_cpu_ns();
+  while (done < n) {
+    long k = n - done < tick ? n - done : tick;
+    for (i = 0; i < k; i++)
+      cur[i] = create(L, 1, 0, 0, 0, 0, 0);
+    for (i = 0; i < k; i++) /* the tick runs them: each finishes */
+      step(cur[i], L, true);
+    lua_settop(L, 1);
+    done += k;
+  }
+  out->ops = (double)n;
+  out->ns_per_op = (double)(bench_cpu_ns() - t0) / (double)n;
   free(cur);
   lua_close(L);
 }
@@ -183,7 +280,7 @@ static void w4_memory(long n, bench_result *out) {
   m0 = bench_live_bytes();
   lua_createtable(L, (int)n, 0); /* 2 */
   for (i = 0; i < n; i++)
-    start(L, 1, 2, i + 1, 1, 1e6, 0);
+    start(L, 1, 2, i + 1, 1, 1e6, 0, NULL);
   lua_gc(L, LUA_GCCOLLECT);
   lua_gc(L, LUA_GCCOLLECT);
   out->bytes_per_task = (double)(bench_live_bytes() - m0) / (double)n;
@@ -207,37 +304,46 @@ static void w6_update(long n, bench_result *out) {
     lua_call(L, 1, 0);
   }
   a0 = bench_allocs();
-  t0 = bench_now_ns();
+  t0 = bench_cpu_ns();
   for (r = 0; r < rounds; r++)
     for (i = 1; i <= n; i++) {
       lua_rawgeti(L, 1, i);
       lua_pushnumber(L, DT);
       lua_call(L, 1, 0);
     }
-  out->ns_per_op = (double)(bench_now_ns() - t0) / (double)(n * rounds);
-  out->allocs_per_op = (double)(bench_allocs() - a0) / (double)(n * rounds);
+  out->ops = (double)(n * rounds);
+  out->ns_per_op = (double)(bench_cpu_ns() - t0) / out->ops;
+  out->allocs_per_op = (double)(bench_allocs() - a0) / out->ops;
   lua_close(L);
 }
 
-bool bench_limit(const char *workload, long n, bool task, bench_result *out) {
-  with_task = task;
-  if (task && strcmp(workload, "W2_sleepers") != 0 && strcmp(workload, "W3_churn") != 0 &&
+bool bench_limit(const char *impl, const char *workload, long n, bench_result *out) {
+  with_task = strcmp(impl, "limit_task") == 0;
+  if (with_task && strcmp(workload, "W2_sleepers") != 0 && strcmp(workload, "W3_churn") != 0 &&
       strcmp(workload, "W4_memory") != 0)
     return false;
+  if (strcmp(impl, "limit_deadline") == 0) {
+    if (strcmp(workload, "W2_sleepers") != 0)
+      return false;
+    w2_sleepers(n, true, out);
+    return true;
+  }
   if (strcmp(workload, "W1_yield") == 0)
     round_robin(n, bench_rounds_for(n),
                 "local yield = coroutine.yield\n"
                 "return function(r) for i = 1, r do yield() end end",
                 out);
   else if (strcmp(workload, "W2_steady") == 0)
-    round_robin(n, 50,
+    round_robin(n, bench_rounds(50),
                 "local yield = coroutine.yield\n"
                 "return function(r, s) for i = 1, r do yield(s) end end",
                 out);
   else if (strcmp(workload, "W2_sleepers") == 0)
-    w2_sleepers(n, out);
+    w2_sleepers(n, false, out);
   else if (strcmp(workload, "W3_churn") == 0)
     w3_churn(n, out);
+  else if (strcmp(workload, "W3_tick") == 0)
+    w3_tick(n, out);
   else if (strcmp(workload, "W4_memory") == 0)
     w4_memory(n, out);
   else if (strcmp(workload, "W6_update") == 0)

@@ -2,31 +2,37 @@
 -- (task.spawn, task.yield, task.delay, task.on), run by `luna_bench lua
 -- lunaloop ...`. The host attached a loop with the counting allocator to
 -- this state; bench.frames(k, dt) and bench.run_until_idle(dt, max) drive it
--- from C with luna_loop_frame, timing the frames there. Frames are 1/60 s of
--- virtual time. Each function returns ns_per_op, bytes_per_task,
--- allocs_per_op (nil: not measured).
+-- from C with luna_loop_frame; the program times them in process CPU time.
+-- Frames are 1/60 s of virtual time. Each function returns ns_per_op,
+-- bytes_per_task, allocs_per_op (nil: not measured) and the op count
+-- (bench/common.lua). impl "lunaloop_defer" (W3) starts its tasks with
+-- task.defer instead of task.spawn.
+local C = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "common.lua")
 local task = require "lunaloop"
 local bench = bench
 
-local DT = 1 / 60
+local DT = C.DT
 local W = {}
 
+local function frames(k) return C.timed(bench.frames, k, DT) end
 
+-- The spawn of the W3 workloads.
+local start = bench.impl == "lunaloop_defer" and task.defer or task.spawn
 
 -- W1: n tasks each yield to the next frame; after one warm frame, R frames
 -- are measured: ns and allocations per resume (a yield round trip).
 function W.W1_yield(n)
-  local R = bench.rounds(n)
+  local R = C.rounds(n)
   local yield = task.yield
   local function body(r) for _ = 1, r do yield() end end
   for _ = 1, n do task.spawn(body, R + 2) end
   bench.frames(1, DT)
   local a0 = bench.allocs()
-  local ns = bench.frames(R, DT)
+  local ns = frames(R)
   local allocs = bench.allocs() - a0
   bench.run_until_idle(DT, 10)
   assert(bench.tasks() == 0, "W1: tasks left")
-  return ns / (n * R), nil, allocs / (n * R)
+  return ns / (n * R), nil, allocs / (n * R), n * R
 end
 
 -- W2: n tasks each sleep a seeded random time in [0, 0.5] s, then finish;
@@ -39,11 +45,11 @@ function W.W2_sleepers(n)
   local function body(s) delay(s) end
   local phases = os.getenv("LUNA_BENCH_PHASES")
   if phases == "nogc" then collectgarbage("stop") end
-  local t0 = bench.now()
+  local t0 = bench.cpu()
   for i = 1, n do spawn(body, d[i]) end
-  local t1 = bench.now()
+  local t1 = bench.cpu()
   bench.run_until_idle(DT, 100000)
-  local t2 = bench.now()
+  local t2 = bench.cpu()
   collectgarbage("restart")
   assert(bench.tasks() == 0, "W2: tasks left")
   if phases then
@@ -51,12 +57,12 @@ function W.W2_sleepers(n)
       "W2_sleepers lunaloop phases: spawn %.1f wake and finish %.1f ns a task\n",
       (t1 - t0) / n, (t2 - t1) / n))
   end
-  return (t2 - t0) / n
+  return (t2 - t0) / n, nil, nil, n
 end
 
 -- W2_steady: n tasks each sleep again and again (a fixed random time in
--- [0, 0.1] s each); after 20 warm frames, 100 frames are measured: ns and
--- allocations per delay round trip.
+-- [0, 0.1] s each); after 20 warm frames, 100 frames are measured (or
+-- C.rounds): ns and allocations per delay round trip.
 function W.W2_steady(n)
   math.randomseed(7)
   local delay = task.delay
@@ -70,10 +76,10 @@ function W.W2_steady(n)
   for _ = 1, n do task.spawn(body, math.random() * 0.1) end
   bench.frames(20, DT)
   local ops0, a0 = ops, bench.allocs()
-  local ns = bench.frames(100, DT)
+  local ns = frames(C.rounds(n, 100))
   local allocs = bench.allocs() - a0
   local done = ops - ops0
-  return ns / done, nil, allocs / done
+  return ns / done, nil, allocs / done, done
 end
 
 -- W2_frame: the cost of one frame while n tasks sleep and none is due.
@@ -82,33 +88,32 @@ function W.W2_frame(n)
   local function body() delay(1e6) end
   for _ = 1, n do task.spawn(body) end
   bench.frames(10, DT)
-  local k = bench.quick and 100 or 20000
+  local k = C.rounds(n, bench.quick and 100 or 20000)
   local a0 = bench.allocs()
-  local ns = bench.frames(k, DT)
-  return ns / k, nil, (bench.allocs() - a0) / k
+  local ns = frames(k)
+  return ns / k, nil, (bench.allocs() - a0) / k, k
 end
 
--- W3: n tasks spawned (10,000 a frame by a spawner task) that finish after
--- one yield; everything until the last one finished, per task.
+-- W3_churn: n tasks spawned (10,000 a frame by a spawner task) that finish
+-- after one yield; everything until the last one finished, per task.
 function W.W3_churn(n)
-  local spawn, yield = task.spawn, task.yield
-  local batch = math.min(n, 10000)
+  local yield = task.yield
   local function one() yield() end
-  local function spawner()
-    local done = 0
-    while done < n do
-      local k = math.min(batch, n - done)
-      for _ = 1, k do spawn(one) end
-      done = done + k
-      yield()
-    end
-  end
-  local t0 = bench.now()
-  spawn(spawner)
-  bench.run_until_idle(DT, n + 10)
-  local ns = bench.now() - t0
+  local ns = C.timed(function()
+    task.spawn(C.churn_spawner(n, start, yield, one))
+    bench.run_until_idle(DT, n + 10)
+  end)
   assert(bench.tasks() == 0, "W3: tasks left")
-  return ns / n
+  return ns / n, nil, nil, n
+end
+
+-- W3_tick: n tasks that finish when first run, 1,000 a frame, started
+-- from outside any task (task.spawn runs each at once, task.defer at the
+-- next frame's Update).
+function W.W3_tick(n)
+  local frame, tasks = bench.frames, bench.tasks
+  local ns = C.tick(n, start, function() frame(1, DT) end, function() return tasks() == 0 end)
+  return ns, nil, nil, n
 end
 
 -- W4: live bytes per task with n tasks asleep (after full collections):
@@ -116,12 +121,10 @@ end
 function W.W4_memory(n)
   local delay = task.delay
   local function body(s) delay(s) end
-  collectgarbage()
-  collectgarbage()
+  C.collect()
   local m0 = bench.mem()
   for _ = 1, n do task.spawn(body, 1e6) end
-  collectgarbage()
-  collectgarbage()
+  C.collect()
   return nil, (bench.mem() - m0) / n
 end
 
@@ -129,7 +132,7 @@ end
 -- impl "lunaloop_tasks": n tasks that each yield every frame. After one warm
 -- frame, R frames are measured: ns and allocations per call (or resume).
 function W.W6_update(n)
-  local R = bench.rounds(n)
+  local R = C.rounds(n)
   if bench.impl == "lunaloop_tasks" then
     local yield = task.yield
     local function body()
@@ -148,8 +151,8 @@ function W.W6_update(n)
   end
   bench.frames(1, DT)
   local a0 = bench.allocs()
-  local ns = bench.frames(R, DT)
-  return ns / (n * R), nil, (bench.allocs() - a0) / (n * R)
+  local ns = frames(R)
+  return ns / (n * R), nil, (bench.allocs() - a0) / (n * R), n * R
 end
 
-return W
+return C.workloads(W)

@@ -6,7 +6,12 @@
 -- their cost is the process's CPU time (the waiting in epoll is not
 -- counted). Memory counts what luv allocates through Lua (coroutines, handle
 -- userdata, closures); luv's own malloc'ed per-handle context (about 40
--- bytes) is not seen by the counting allocator.
+-- bytes) is not seen by the counting allocator. W3_tick's deferred tasks
+-- come in three idioms: impl "luv" an idle handle per task, "luv_timer" a
+-- 0 ms timer per task, "luv_wrap" a plain coroutine.wrap(fn)() run at once.
+-- Each workload returns ns_per_op, bytes_per_task, allocs_per_op and the op
+-- count (bench/common.lua).
+local C = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "common.lua")
 local uv = require "luv"
 local bench = bench
 local create, resume, status, cyield, running = coroutine.create, coroutine.resume,
@@ -14,22 +19,16 @@ local create, resume, status, cyield, running = coroutine.create, coroutine.resu
 
 local W = {}
 
-
 local function check(ok, err)
   if not ok then error(err, 0) end
 end
 
 -- A task that waits frames: its own idle handle resumes it every iteration
--- until it ends. fn runs now until its first yield.
+-- until it ends (`live` counts such tasks). spawn_framed runs fn now until
+-- its first yield; defer_idle (W3_tick) leaves its first run to the idle
+-- handle, the next loop iteration.
 local live = 0
-local function spawn_framed(fn, ...)
-  local co = create(fn)
-  live = live + 1
-  check(resume(co, ...))
-  if status(co) == "dead" then
-    live = live - 1
-    return
-  end
+local function resume_by_idle(co)
   local idle = uv.new_idle()
   idle:start(function()
     check(resume(co))
@@ -39,6 +38,22 @@ local function spawn_framed(fn, ...)
       idle:close()
     end
   end)
+end
+
+local function spawn_framed(fn, ...)
+  local co = create(fn)
+  live = live + 1
+  check(resume(co, ...))
+  if status(co) == "dead" then
+    live = live - 1
+    return
+  end
+  resume_by_idle(co)
+end
+
+local function defer_idle(fn)
+  live = live + 1
+  resume_by_idle(create(fn))
 end
 
 -- Sleeping: a one-shot timer per sleep, closed when it fires.
@@ -61,13 +76,26 @@ end
 
 local function frames(k)
   local run = uv.run
-  local t0 = bench.now()
-  for _ = 1, k do run("nowait") end
-  return bench.now() - t0
+  return C.timed(function() for _ = 1, k do run("nowait") end end)
 end
 
+-- W3_tick's other starts: a task run by the next loop iteration through a
+-- 0 ms timer, or at once through coroutine.wrap.
+local function defer_timer(fn)
+  local co = create(fn)
+  local t = uv.new_timer()
+  live = live + 1
+  t:start(0, 0, function()
+    t:close()
+    check(resume(co))
+    if status(co) == "dead" then live = live - 1 end
+  end)
+end
+
+local function spawn_wrap(fn) coroutine.wrap(fn)() end
+
 function W.W1_yield(n)
-  local R = bench.rounds(n)
+  local R = C.rounds(n)
   local yield = cyield
   local function body(r) for _ = 1, r do yield() end end
   for _ = 1, n do spawn_framed(body, R + 2) end
@@ -77,7 +105,7 @@ function W.W1_yield(n)
   local allocs = bench.allocs() - a0
   while live > 0 do uv.run("nowait") end
   uv.run("nowait")
-  return ns / (n * R), nil, allocs / (n * R)
+  return ns / (n * R), nil, allocs / (n * R), n * R
 end
 
 function W.W2_sleepers(n)
@@ -92,7 +120,7 @@ function W.W2_sleepers(n)
   for i = 1, n do spawn(body, d[i]) end
   uv.run("default")
   assert(done == n, "W2: tasks left")
-  return (bench.cpu() - c0) / n
+  return (bench.cpu() - c0) / n, nil, nil, n
 end
 
 -- Sleep again and again for half a second of real time: CPU per sleep.
@@ -120,7 +148,7 @@ function W.W2_steady(n)
   local cpu, allocs, done = bench.cpu() - c0, bench.allocs() - a0, ops - ops0
   stop = true
   uv.run("default")
-  return cpu / done, nil, allocs / done
+  return cpu / done, nil, allocs / done, done
 end
 
 function W.W2_frame(n)
@@ -131,50 +159,47 @@ function W.W2_frame(n)
     timers[i] = t
   end
   frames(10)
-  local k = bench.quick and 100 or 20000
+  local k = C.rounds(n, bench.quick and 100 or 20000)
   local a0 = bench.allocs()
   local ns = frames(k)
   local allocs = bench.allocs() - a0
   for i = 1, n do timers[i]:close() end
   uv.run("nowait")
-  return ns / k, nil, allocs / k
+  return ns / k, nil, allocs / k, k
 end
 
 function W.W3_churn(n)
-  local batch = math.min(n, 10000)
   local function one() cyield() end
-  local function spawner()
-    local done = 0
-    while done < n do
-      local k = math.min(batch, n - done)
-      for _ = 1, k do spawn_framed(one) end
-      done = done + k
-      cyield()
-    end
-  end
-  local t0 = bench.now()
-  spawn_framed(spawner)
-  while live > 0 do uv.run("nowait") end
-  uv.run("nowait")
-  return (bench.now() - t0) / n
+  local ns = C.timed(function()
+    spawn_framed(C.churn_spawner(n, spawn_framed, cyield, one))
+    while live > 0 do uv.run("nowait") end
+    uv.run("nowait")
+  end)
+  return ns / n, nil, nil, n
+end
+
+function W.W3_tick(n)
+  local start = ({luv = defer_idle, luv_timer = defer_timer, luv_wrap = spawn_wrap})[bench.impl]
+  local run = uv.run
+  local ns = C.tick(n, start, function() run("nowait") end, function() return live == 0 end)
+  run("nowait")
+  return ns, nil, nil, n
 end
 
 function W.W4_memory(n)
-  collectgarbage()
-  collectgarbage()
+  C.collect()
   local m0 = bench.mem()
   local function body(ms) sleep(ms) end
   local cos = {}
   for i = 1, n do cos[i] = spawn(body, 1000000000) end
   cos = nil
-  collectgarbage()
-  collectgarbage()
+  C.collect()
   return nil, (bench.mem() - m0) / n
 end
 
 -- The update layer: an idle handle per callback, called every iteration.
 function W.W6_update(n)
-  local R = bench.rounds(n)
+  local R = C.rounds(n)
   local dt = 1 / 60
   local idles = {}
   for i = 1, n do
@@ -189,7 +214,7 @@ function W.W6_update(n)
   local allocs = bench.allocs() - a0
   for i = 1, n do idles[i]:stop(); idles[i]:close() end
   uv.run("nowait")
-  return ns / (n * R), nil, allocs / (n * R)
+  return ns / (n * R), nil, allocs / (n * R), n * R
 end
 
-return W
+return C.workloads(W)

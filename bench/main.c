@@ -7,6 +7,8 @@
 **   luna_bench [--reps R] [--quick] limit_task WORKLOAD N
 **       the same, each coroutine held through a task-sized userdata
 **       (W2_sleepers, W3_churn, W4_memory; limit.c);
+**   luna_bench [--reps R] [--quick] limit_deadline W2_sleepers N
+**       the sleepers woken in deadline order through a minimal C heap;
 **   luna_bench [--reps R] [--quick] inbox IMPL N
 **       W5: two producer threads post N callbacks each while the loop runs
 **       frames; IMPL is lunaloop (luna_post) or mutex (inbox.c);
@@ -16,15 +18,19 @@
 **   luna_bench [--reps R] [--quick] lua IMPL SCRIPT WORKLOAD N
 **       a Lua implementation: SCRIPT returns a table of workload functions;
 **       WORKLOAD(n) is called in a fresh state and returns ns_per_op and,
-**       optionally, bytes_per_task and allocs_per_op. When IMPL starts with
-**       "lunaloop" a loop is attached to the state (luna_lua_attach) and
-**       bench.frames / bench.run_until_idle drive it from C with
+**       optionally, bytes_per_task and allocs_per_op (bench/common.lua
+**       wraps the workloads and writes their op counts). When IMPL starts
+**       with "lunaloop" a loop is attached to the state (luna_lua_attach)
+**       and bench.frames / bench.run_until_idle drive it from C with
 **       luna_loop_frame.
 **
-** Each measurement runs R times (default 3), each in a fresh Lua state and
-** loop; the line reports the fastest run's ns_per_op (the least disturbed
-** by the rest of the machine), the first run's bytes_per_task (memory is
-** deterministic) and the largest allocs_per_op seen (the conservative one).
+** Times are this process's CPU time (CLOCK_PROCESS_CPUTIME_ID), which the
+** other programs on a loaded machine disturb far less than wall time.
+** Each measurement runs R times (default 1), each in a fresh Lua state and
+** loop; the line reports the fastest run's ns_per_op, the first run's
+** bytes_per_task (memory is deterministic) and the largest allocs_per_op
+** seen (the conservative one). bench/suite.sh runs one repetition a
+** process and takes its spread from rounds of processes instead.
 */
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -90,11 +96,23 @@ long bench_allocs(void) {
   return main_allocs + atomic_load_explicit(&other_allocs, memory_order_relaxed);
 }
 
+/* LUNA_BENCH_GC as a lua_gc option: generational unless told otherwise,
+   as stock lua5.4 (and so every `require "lunaloop"` user) runs. */
+static int gc_mode(void) {
+  const char *m = getenv("LUNA_BENCH_GC");
+  if (m == NULL || strcmp(m, "generational") == 0)
+    return LUA_GCGEN;
+  if (strcmp(m, "incremental") != 0)
+    bench_die("LUNA_BENCH_GC: expected generational or incremental, got '%s'", m);
+  return LUA_GCINC;
+}
+
 lua_State *bench_new_state(void) {
   lua_State *L = lua_newstate(bench_alloc, NULL);
   if (L == NULL)
     bench_die("cannot create a Lua state");
   luaL_openlibs(L);
+  lua_gc(L, gc_mode(), 0, 0); /* 0: the mode's default parameters */
   return L;
 }
 
@@ -120,6 +138,12 @@ static void print_field(const char *name, double v, int decimals) {
 }
 
 void bench_print(const char *workload, const char *impl, long n, bench_result r) {
+  const char *ops_file = getenv("LUNA_BENCH_OPS");
+  if (ops_file != NULL && r.ops >= 0) {
+    FILE *f = fopen(ops_file, "w");
+    if (f == NULL || fprintf(f, "%.0f\n", r.ops) < 0 || fclose(f) != 0)
+      bench_die("cannot write %s", ops_file);
+  }
   printf("workload=%s impl=%s n=%ld", workload, impl, n);
   print_field("ns_per_op", r.ns_per_op, 1);
   print_field("bytes_per_task", r.bytes_per_task, 1);
@@ -154,23 +178,17 @@ static luna_loop *check_loop(lua_State *L) {
   return host_loop;
 }
 
-static int l_now(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)bench_now_ns());
-  return 1;
-}
+/* bench.cpu() -> ns of process CPU time, bench.mem() -> live bytes,
+   bench.allocs() -> allocations so far: one function, its upvalue says
+   which (bench_funcs). */
+enum { GAUGE_CPU, GAUGE_MEM, GAUGE_ALLOCS };
 
-static int l_cpu(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)bench_cpu_ns());
-  return 1;
-}
-
-static int l_mem(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)bench_live_bytes());
-  return 1;
-}
-
-static int l_allocs(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)bench_allocs());
+static int l_gauge(lua_State *L) {
+  switch (lua_tointeger(L, lua_upvalueindex(1))) {
+  case GAUGE_CPU: lua_pushinteger(L, (lua_Integer)bench_cpu_ns()); break;
+  case GAUGE_MEM: lua_pushinteger(L, (lua_Integer)bench_live_bytes()); break;
+  default: lua_pushinteger(L, (lua_Integer)bench_allocs()); break;
+  }
   return 1;
 }
 
@@ -181,39 +199,47 @@ static luna_ns check_dt(lua_State *L, int idx) {
   return dt;
 }
 
-/* bench.frames(k, dt) -> ns: k frames of luna_loop_frame, timed in C. */
+/* bench.frames(k, dt): k frames of luna_loop_frame. The Lua programs time
+   the call themselves (bench/common.lua), so that a luna_bench whose own
+   timing differs measures the same way. */
 static int l_frames(lua_State *L) {
   luna_loop *loop = check_loop(L);
   lua_Integer k = luaL_checkinteger(L, 1), i;
   luna_ns dt = check_dt(L, 2);
-  int64_t t0 = bench_now_ns();
   for (i = 0; i < k; i++)
     if (luna_loop_frame_ns(loop, dt) != 0)
       return luaL_error(L, "luna_loop_frame failed");
-  lua_pushinteger(L, (lua_Integer)(bench_now_ns() - t0));
-  return 1;
+  return 0;
 }
 
-/* bench.run_until_idle(dt, max_frames) -> ns, frames: frames until no task
-   of the state is alive (or max_frames). */
+/* bench.run_until_idle(dt, max_frames) -> frames: frames until no task of
+   the state is alive (or max_frames). */
 static int l_run_until_idle(lua_State *L) {
   luna_loop *loop = check_loop(L);
   luna_ns dt = check_dt(L, 1);
   lua_Integer max = luaL_checkinteger(L, 2), frames = 0;
-  int64_t t0 = bench_now_ns();
   while (frames < max && luna_lua_task_count(host_L) > 0) {
     if (luna_loop_frame_ns(loop, dt) != 0)
       return luaL_error(L, "luna_loop_frame failed");
     frames++;
   }
-  lua_pushinteger(L, (lua_Integer)(bench_now_ns() - t0));
   lua_pushinteger(L, frames);
-  return 2;
+  return 1;
+}
+
+long bench_rounds(long dflt) {
+  const char *env = getenv("LUNA_BENCH_ROUNDS");
+  long r;
+  if (env == NULL)
+    return dflt;
+  if ((r = strtol(env, NULL, 10)) <= 0)
+    bench_die("LUNA_BENCH_ROUNDS: expected a positive count, got '%s'", env);
+  return r;
 }
 
 long bench_rounds_for(long n) {
   long r = 10000000 / n;
-  return r > 100 ? 100 : r < 10 ? 10 : r;
+  return bench_rounds(r > 100 ? 100 : r < 10 ? 10 : r);
 }
 
 /* bench.rounds(n) -> bench_rounds_for(n). */
@@ -249,10 +275,24 @@ static int l_tasks(lua_State *L) {
 }
 
 static const luaL_Reg bench_funcs[] = {
-    {"now", l_now},       {"cpu", l_cpu},       {"mem", l_mem},
-    {"allocs", l_allocs}, {"frames", l_frames}, {"run_until_idle", l_run_until_idle},
-    {"tasks", l_tasks},   {"rounds", l_rounds},   {"sleep_times", l_sleep_times},
-    {NULL, NULL}};
+    {"frames", l_frames}, {"run_until_idle", l_run_until_idle}, {"tasks", l_tasks},
+    {"rounds", l_rounds}, {"sleep_times", l_sleep_times},       {NULL, NULL}};
+
+/* The bench table: bench_funcs, the gauges, the run's flags. */
+static void push_bench_table(lua_State *L, const char *impl, bool quick) {
+  static const char *const gauges[] = {"cpu", "mem", "allocs"};
+  int i;
+  luaL_newlib(L, bench_funcs);
+  for (i = 0; i < 3; i++) {
+    lua_pushinteger(L, i);
+    lua_pushcclosure(L, l_gauge, 1);
+    lua_setfield(L, -2, gauges[i]);
+  }
+  lua_pushboolean(L, quick);
+  lua_setfield(L, -2, "quick");
+  lua_pushstring(L, impl);
+  lua_setfield(L, -2, "impl");
+}
 
 /* The realtime clock follows the unscaled clock: virtual time. */
 static luna_ns virtual_realtime(void *ud) {
@@ -281,11 +321,7 @@ static bool run_lua(const char *impl, const char *script, const char *workload, 
     if ((rc = luna_lua_attach(L, host_loop)) != 0)
       bench_die("luna_lua_attach: %s", luna_strerror(rc));
   }
-  luaL_newlib(L, bench_funcs);
-  lua_pushboolean(L, quick);
-  lua_setfield(L, -2, "quick");
-  lua_pushstring(L, impl);
-  lua_setfield(L, -2, "impl");
+  push_bench_table(L, impl, quick);
   lua_setglobal(L, "bench");
   if (luaL_loadfile(L, script) != LUA_OK || lua_pcall(L, 0, 1, 0) != LUA_OK)
     bench_die("%s: %s", script, lua_tostring(L, -1));
@@ -316,7 +352,7 @@ static bool run_lua(const char *impl, const char *script, const char *workload, 
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: luna_bench [--reps R] [--quick] limit|limit_task WORKLOAD N\n"
+          "usage: luna_bench [--reps R] [--quick] limit|limit_task|limit_deadline WORKLOAD N\n"
           "       luna_bench [--reps R] [--quick] inbox lunaloop|mutex N\n"
           "       luna_bench [--reps R] [--quick] lua IMPL SCRIPT WORKLOAD N\n"
           "       luna_bench hostile FRAMES\n"
@@ -333,11 +369,11 @@ static long parse_long(const char *s) {
 }
 
 int main(int argc, char **argv) {
-  int reps = 3, i = 1, r;
+  int reps = 1, i = 1, r;
   bool quick = false;
   const char *mode, *workload, *impl, *script = NULL;
   long n;
-  bench_result best = {BENCH_NONE, BENCH_NONE, BENCH_NONE};
+  bench_result best = BENCH_NO_RESULT;
 
   for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
     if (strcmp(argv[i], "--quick") == 0)
@@ -363,7 +399,7 @@ int main(int argc, char **argv) {
     bench_hostile(parse_long(argv[i]));
     return 0;
   }
-  if ((strcmp(mode, "limit") == 0 || strcmp(mode, "limit_task") == 0) && argc - i == 2) {
+  if (strncmp(mode, "limit", 5) == 0 && argc - i == 2) {
     impl = mode;
     workload = argv[i];
     n = parse_long(argv[i + 1]);
@@ -382,12 +418,12 @@ int main(int argc, char **argv) {
   }
 
   for (r = 0; r < reps; r++) {
-    bench_result res = {BENCH_NONE, BENCH_NONE, BENCH_NONE};
+    bench_result res = BENCH_NO_RESULT;
     bool ok;
     if (script != NULL)
       ok = run_lua(impl, script, workload, n, quick, &res);
     else if (strncmp(mode, "limit", 5) == 0)
-      ok = bench_limit(workload, n, strcmp(mode, "limit_task") == 0, &res);
+      ok = bench_limit(mode, workload, n, &res);
     else
       ok = bench_inbox(impl, n, quick, &res);
     if (!ok) {

@@ -2,12 +2,15 @@
 -- coroutines with their wake-up times, scanned every frame by a Lua loop,
 -- on a virtual clock. Written with care (locals, parallel arrays, in-place
 -- compaction), so it is a fair peer, not a straw man. The same workloads as
--- bench/lunaloop.lua; each returns ns_per_op, bytes_per_task, allocs_per_op.
+-- bench/lunaloop.lua; each returns ns_per_op, bytes_per_task, allocs_per_op
+-- and the op count (bench/common.lua). impl "purelua_defer" (W3_tick)
+-- starts its tasks at the next frame instead of at once.
+local C = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "common.lua")
 local bench = bench
 local create, resume, status, cyield = coroutine.create, coroutine.resume,
   coroutine.status, coroutine.yield
 
-local DT = 1 / 60
+local DT = C.DT
 local W = {}
 
 -- The scheduler. A task yields its wake-up time; yield() means "next
@@ -26,6 +29,12 @@ local function scheduler()
       cos[n], wake[n] = co, w
     end
     return co
+  end
+
+  -- A task started by the next frame (fn gets no arguments).
+  function S.defer(fn)
+    n = n + 1
+    cos[n], wake[n] = create(fn), now
   end
 
   function S.yield() return cyield(now) end
@@ -62,13 +71,9 @@ local function scheduler()
   return S
 end
 
-
-
 local function frames(S, k)
   local frame = S.frame
-  local t0 = bench.now()
-  for _ = 1, k do frame(DT) end
-  return bench.now() - t0
+  return C.timed(function() for _ = 1, k do frame(DT) end end)
 end
 
 local function run_until_idle(S)
@@ -77,7 +82,7 @@ local function run_until_idle(S)
 end
 
 function W.W1_yield(n)
-  local S, R = scheduler(), bench.rounds(n)
+  local S, R = scheduler(), C.rounds(n)
   local yield = S.yield
   local function body(r) for _ = 1, r do yield() end end
   for _ = 1, n do S.spawn(body, R + 2) end
@@ -86,17 +91,18 @@ function W.W1_yield(n)
   local ns = frames(S, R)
   local allocs = bench.allocs() - a0
   run_until_idle(S)
-  return ns / (n * R), nil, allocs / (n * R)
+  return ns / (n * R), nil, allocs / (n * R), n * R
 end
 
 function W.W2_sleepers(n)
   local S, d = scheduler(), bench.sleep_times(n)
   local spawn, sleep = S.spawn, S.sleep
   local function body(s) sleep(s) end
-  local t0 = bench.now()
-  for i = 1, n do spawn(body, d[i]) end
-  run_until_idle(S)
-  return (bench.now() - t0) / n
+  local ns = C.timed(function()
+    for i = 1, n do spawn(body, d[i]) end
+    run_until_idle(S)
+  end)
+  return ns / n, nil, nil, n
 end
 
 function W.W2_steady(n)
@@ -113,10 +119,10 @@ function W.W2_steady(n)
   for _ = 1, n do S.spawn(body, math.random() * 0.1) end
   frames(S, 20)
   local ops0, a0 = ops, bench.allocs()
-  local ns = frames(S, 100)
+  local ns = frames(S, C.rounds(n, 100))
   local allocs = bench.allocs() - a0
   local done = ops - ops0
-  return ns / done, nil, allocs / done
+  return ns / done, nil, allocs / done, done
 end
 
 function W.W2_frame(n)
@@ -125,45 +131,44 @@ function W.W2_frame(n)
   local function body() sleep(1e6) end
   for _ = 1, n do S.spawn(body) end
   frames(S, 2)
-  -- A frame scans every sleeper: measure for about 50 ms.
+  -- A frame scans every sleeper: measure for about 50 ms (or C.rounds).
+  local fixed = C.rounds_set or (bench.quick and 10)
+  if fixed then return frames(S, fixed) / fixed, nil, nil, fixed end
   local k, ns = 0, 0
   repeat
     ns = ns + frames(S, 5)
     k = k + 5
-  until ns > 50e6 or (bench.quick and k >= 10)
-  return ns / k
+  until ns > 50e6
+  return ns / k, nil, nil, k
 end
 
 function W.W3_churn(n)
   local S = scheduler()
-  local spawn, yield = S.spawn, S.yield
-  local batch = math.min(n, 10000)
+  local yield = S.yield
   local function one() yield() end
-  local function spawner()
-    local done = 0
-    while done < n do
-      local k = math.min(batch, n - done)
-      for _ = 1, k do spawn(one) end
-      done = done + k
-      yield()
-    end
-  end
-  local t0 = bench.now()
-  spawn(spawner)
-  run_until_idle(S)
-  return (bench.now() - t0) / n
+  local ns = C.timed(function()
+    S.spawn(C.churn_spawner(n, S.spawn, yield, one))
+    run_until_idle(S)
+  end)
+  return ns / n, nil, nil, n
+end
+
+function W.W3_tick(n)
+  local S = scheduler()
+  local frame, count = S.frame, S.count
+  local start = bench.impl == "purelua_defer" and S.defer or S.spawn
+  local ns = C.tick(n, start, function() frame(DT) end, function() return count() == 0 end)
+  return ns, nil, nil, n
 end
 
 function W.W4_memory(n)
-  collectgarbage()
-  collectgarbage()
+  C.collect()
   local m0 = bench.mem()
   local S = scheduler()
   local sleep = S.sleep
   local function body(s) sleep(s) end
   for _ = 1, n do S.spawn(body, 1e6) end
-  collectgarbage()
-  collectgarbage()
+  C.collect()
   local bytes = (bench.mem() - m0) / n
   assert(S.count() == n)
   return nil, bytes
@@ -174,7 +179,7 @@ end
 -- "purelua_pcall": each call protected, so one failing callback cannot stop
 -- the others (what task.on guarantees).
 function W.W6_update(n)
-  local R = bench.rounds(n)
+  local R = C.rounds(n)
   local fns = {}
   for i = 1, n do
     local x = 0
@@ -196,10 +201,8 @@ function W.W6_update(n)
   end
   update(DT)
   local a0 = bench.allocs()
-  local t0 = bench.now()
-  for _ = 1, R do update(DT) end
-  local ns = bench.now() - t0
-  return ns / (n * R), nil, (bench.allocs() - a0) / (n * R)
+  local ns = C.timed(function() for _ = 1, R do update(DT) end end)
+  return ns / (n * R), nil, (bench.allocs() - a0) / (n * R), n * R
 end
 
-return W
+return C.workloads(W)
