@@ -175,25 +175,22 @@ static int heap_grow(const luna__alloc *al, luna__heap *h) {
 
 /* ---- slots ---------------------------------------------------------------- */
 
+LUNA__SLOT_LAYOUT(luna__timer);
+
 static void free_slot(luna__timers *tm, uint32_t idx) {
   luna__timer *t = &tm->slots[idx];
   t->fn = NULL;
   t->arg = NULL;
-  t->gen++;
-  t->pos = tm->free_slot;
-  tm->free_slot = idx + 1;
+  luna__slab_give(&tm->slab, tm->slots, sizeof *tm->slots, idx);
 }
 
 /* The live timer of `id`, or NULL when stale (fired, cancelled) or bogus. */
 static luna__timer *lookup(luna__timers *tm, luna_timer_id id) {
-  uint32_t low = (uint32_t)id.id;
-  luna__timer *t;
-  if (low == 0 || low > tm->nslots)
+  uint32_t idx;
+  if (!luna__slab_find(&tm->slab, tm->slots, sizeof *tm->slots, id.id, &idx) ||
+      tm->slots[idx].fn == NULL)
     return NULL;
-  t = &tm->slots[low - 1];
-  if (t->fn == NULL || t->gen != (uint32_t)(id.id >> 32))
-    return NULL;
-  return t;
+  return &tm->slots[idx];
 }
 
 int luna__timers_add(luna__timers *tm, const luna__alloc *a, int timing,
@@ -207,19 +204,8 @@ int luna__timers_add(luna__timers *tm, const luna__alloc *a, int timing,
   /* Reserve the heap room and the slot first: failure changes nothing. */
   if (h->n + h->due >= h->cap && heap_grow(a, h) != 0)
     return LUNA_ENOMEM;
-  if (tm->free_slot == 0) {
-    if (tm->nslots >= UINT32_MAX - 1)
-      return LUNA_ENOMEM;
-    if (tm->nslots == tm->slots_cap &&
-        luna__grow(a, (void **)&tm->slots, &tm->slots_cap, sizeof *tm->slots,
-                   tm->nslots + 1) != 0)
-      return LUNA_ENOMEM;
-    tm->slots[tm->nslots].gen = 0;
-    idx = (uint32_t)tm->nslots++;
-  } else {
-    idx = tm->free_slot - 1;
-    tm->free_slot = tm->slots[idx].pos;
-  }
+  if (luna__slab_take(&tm->slab, a, (void **)&tm->slots, sizeof *tm->slots, &idx) != 0)
+    return LUNA_ENOMEM;
   if (deadline > LUNA_NS_MAX)
     deadline = LUNA_NS_MAX;
   else if (deadline < -LUNA_NS_MAX)
@@ -235,7 +221,7 @@ int luna__timers_add(luna__timers *tm, const luna__alloc *a, int timing,
   h->live++;
   heap_push(tm, h, e);
   if (out != NULL)
-    out->id = ((uint64_t)t->gen << 32) | (uint64_t)(idx + 1);
+    out->id = luna__slab_handle(tm->slots, sizeof *tm->slots, idx);
   return 0;
 }
 
@@ -253,7 +239,7 @@ int luna__timers_cancel(luna__timers *tm, luna_timer_id id) {
        frees the slot when it reaches it. */
     t->fn = NULL;
     t->arg = NULL;
-    t->gen++;
+    luna__slab_retire(tm->slots, sizeof *tm->slots, idx);
     return 0;
   }
   heap_remove(tm, h, t->pos);
@@ -421,7 +407,5 @@ void luna__timers_free(luna__timers *tm, const luna__alloc *a) {
     }
     memset(h, 0, sizeof *h);
   }
-  luna__array_free(a, (void **)&tm->slots, &tm->slots_cap, sizeof *tm->slots);
-  tm->nslots = 0;
-  tm->free_slot = 0;
+  luna__slab_free(&tm->slab, a, (void **)&tm->slots, sizeof *tm->slots);
 }

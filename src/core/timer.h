@@ -45,19 +45,21 @@
 #include <stdint.h>
 
 #include "alloc.h"
+#include "slots.h"
 #include "lunaloop/loop.h"
 
+/* A timer's slot (slots.h: pos and gen come first). */
 typedef struct luna__timer {
+  /* In a heap: its index there (collected: stale, see luna__heap). Free:
+     next free slot (index + 1), 0 ends the list. */
+  uint32_t pos;
+  uint32_t gen;     /* bumped when the timer fires or is cancelled */
   /* (seq << 8) | heap number (timing * 5 + kind, bits 0-6; bit 7 is 0).
      Within one heap the low byte is equal, so comparing whole meta values
      compares creation sequences (56 bits: never wraps). */
   uint64_t meta;
   luna_fn fn;       /* NULL: free, or cancelled after being collected */
   void *arg;
-  /* In a heap: its index there (collected: stale, see luna__heap). Free:
-     next free slot (index + 1), 0 ends the list. */
-  uint32_t pos;
-  uint32_t gen;     /* bumped when the timer fires or is cancelled */
 } luna__timer;
 
 /* The deadline is here and nowhere else: a sift reads only entries. */
@@ -86,8 +88,7 @@ typedef struct luna__heap {
 
 typedef struct luna__timers {
   luna__timer *slots;
-  size_t nslots, slots_cap;
-  uint32_t free_slot; /* first free slot + 1; 0: none */
+  luna__slab slab;    /* hands out the slots' indices (slots.h) */
   uint64_t seq;       /* creation sequence of the next timer */
   luna__heap heaps[LUNA__TIMER_HEAPS];
 } luna__timers;
