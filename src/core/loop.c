@@ -148,6 +148,7 @@ int luna_loop_remove_listener(luna_loop *loop, luna_listener_fn fn, void *ud) {
    source is read at most once per run, and only if a realtime timer waits. */
 static bool fire_timers(luna_loop *loop, int timing, uint64_t start_seq) {
   luna_ns now[LUNA_TIMER_KIND_COUNT];
+  _Static_assert(LUNA_TIMER_KIND_COUNT == 5, "fire_timers reads one clock per timer kind");
   now[LUNA_TIMER_FRAME] = (luna_ns)loop->v.frame;
   now[LUNA_TIMER_SCALED] = loop->clocks.scaled;
   now[LUNA_TIMER_UNSCALED] = loop->clocks.unscaled;

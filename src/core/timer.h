@@ -54,7 +54,8 @@ typedef struct luna__timer {
      next free slot (index + 1), 0 ends the list. */
   uint32_t pos;
   uint32_t gen;     /* bumped when the timer fires or is cancelled */
-  /* (seq << 8) | heap number (timing * 5 + kind, bits 0-6; bit 7 is 0).
+  /* (seq << 8) | heap number (timing * LUNA_TIMER_KIND_COUNT + kind, bits
+     0-6; bit 7 is 0).
      Within one heap the low byte is equal, so comparing whole meta values
      compares creation sequences (56 bits: never wraps). */
   uint64_t meta;
@@ -70,6 +71,7 @@ typedef struct luna__heap_entry {
 } luna__heap_entry;
 
 #define LUNA__TIMER_HEAPS (LUNA_TIMING_COUNT * LUNA_TIMER_KIND_COUNT)
+_Static_assert(LUNA__TIMER_HEAPS <= 128, "a heap number must fit bits 0-6 of luna__timer.meta");
 
 /* a[0, n) is the heap (a[0] the earliest); a[cap - due, cap) the timers a
    run collected and has not called yet, next first. n + due <= cap always,
@@ -115,7 +117,10 @@ bool luna__timers_has(const luna__timers *tm, int timing, luna_timer_kind kind);
    otherwise). */
 static inline bool luna__timers_any(const luna__timers *tm, int timing) {
   const luna__heap *h = &tm->heaps[timing * LUNA_TIMER_KIND_COUNT];
-  return (h[0].n | h[1].n | h[2].n | h[3].n | h[4].n) != 0;
+  /* One load per kind, or-ed without branches: frame, then each clock's. */
+#define LUNA__HEAP_N(name, value, text) | h[LUNA_TIMER_##name].n
+  return (h[LUNA_TIMER_FRAME].n LUNA_CLOCK_MAP(LUNA__HEAP_N)) != 0;
+#undef LUNA__HEAP_N
 }
 
 /* Step 3 for `timing`: now[kind] is each kind's clock (the frame counter for
