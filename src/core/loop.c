@@ -259,20 +259,23 @@ int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt) {
   return 0;
 }
 
-int luna_loop_begin_frame(luna_loop *loop, double dt_seconds) {
+/* Calls the ns form `fn` of a driver with dt given in seconds: LUNA_EINVAL
+   for a negative, NaN or infinite dt. */
+static int in_seconds(int (*fn)(luna_loop *, luna_ns), luna_loop *loop, double dt_seconds) {
   luna_ns dt;
   if (luna_seconds_to_ns(dt_seconds, &dt) != 0)
     return LUNA_EINVAL;
-  return luna_loop_begin_frame_ns(loop, dt);
+  return fn(loop, dt);
+}
+
+int luna_loop_begin_frame(luna_loop *loop, double dt_seconds) {
+  return in_seconds(luna_loop_begin_frame_ns, loop, dt_seconds);
 }
 
 int luna_loop_frame_ns(luna_loop *loop, luna_ns dt) {
-  int rc, timing;
-  if (loop == NULL || dt < 0)
-    return LUNA_EINVAL;
-  if (busy(loop))
-    return LUNA_ESTATE;
-  rc = luna_loop_begin_frame_ns(loop, dt);
+  int timing;
+  /* begin_frame checks the loop, dt and reentrancy for both. */
+  int rc = luna_loop_begin_frame_ns(loop, dt);
   if (rc != 0)
     return rc;
   loop->in_frame = true;
@@ -290,10 +293,7 @@ int luna_loop_frame_ns(luna_loop *loop, luna_ns dt) {
 }
 
 int luna_loop_frame(luna_loop *loop, double dt_seconds) {
-  luna_ns dt;
-  if (luna_seconds_to_ns(dt_seconds, &dt) != 0)
-    return LUNA_EINVAL;
-  return luna_loop_frame_ns(loop, dt);
+  return in_seconds(luna_loop_frame_ns, loop, dt_seconds);
 }
 
 int luna_loop_run(luna_loop *loop, luna_timing timing) {
