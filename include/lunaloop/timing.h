@@ -88,8 +88,8 @@ typedef enum luna_clock {
 #undef LUNA__CLOCK_ONE
 } luna_clock;
 
-/* The timing's name as in the design table ("FixedUpdate"), or NULL when
-   `timing` is out of range. Any thread. */
+/* The timing's name as LUNA_TIMING_MAP spells it ("FixedUpdate"), or
+   NULL when `timing` is out of range. Any thread. */
 LUNA_API const char *luna_timing_name(int timing);
 
 /* Parses a case-sensitive timing name of `len` bytes into *out.

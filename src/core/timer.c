@@ -14,11 +14,8 @@
    sift touches and the slot writes it makes, for a few more comparisons
    (three a level to find the earliest of four, against two for the two
    binary levels it replaces); the four children of a node are one 64-byte
-   line (see heap_grow).
-   Measured against a binary heap of the same entries (benchmarks W2, see
-   docs/performance.md): 1.5 to 6% fewer instructions in all, and a wall
-   time within the noise (a little less with 100,000 timers, a little more
-   with 10,000). */
+   line (see heap_grow). Against a binary heap of the same entries that is
+   a few percent fewer instructions in all for the same wall time. */
 #define ARITY 4
 
 /* While every sequence handed out is below 2^32, the entries' 32-bit seq
@@ -325,8 +322,8 @@ bool luna__timers_fire(luna__timers *tm, int timing,
   luna__heap *hs = &tm->heaps[timing * LUNA_TIMER_KIND_COUNT];
   int kind;
 
-  /* Most runs have timers but none due (W2_frame): find the first due
-     kind before setting anything up. */
+  /* Most runs have timers but none due (a frame with many sleepers): find
+     the first due kind before setting anything up. */
   for (kind = 0; kind < LUNA_TIMER_KIND_COUNT; kind++)
     if (hs[kind].n > 0 && hs[kind].a[0].deadline <= now[kind])
       break;

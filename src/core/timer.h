@@ -21,10 +21,10 @@
 ** slots' full sequence (a wrapping 32-bit comparison would not be sound: a
 ** timer may live while 2^32 others are created).
 **
-** Memory: 32 bytes a slot plus 16 in its heap, 48 bytes a timer (it was 40
-** plus 4 with the deadline in the slot and bare indices in the heaps); the
-** arrays double when they grow and are kept, so adding allocates only on
-** growth. A heap's array has up to 3 entries of slack for the alignment.
+** Memory: 32 bytes a slot plus 16 in its heap, 48 bytes a timer: the key
+** in the heap entry costs 8 bytes a timer more than bare indices would, and
+** buys sifts that read no slot. The arrays double when they grow and are
+** kept, so adding allocates only on growth. A heap's array has up to 3 entries of slack for the alignment.
 **
 ** Firing collects first, then calls: every due timer of the timing is
 ** popped, across kinds in the order frame, scaled, unscaled, realtime,
