@@ -190,9 +190,10 @@ static luna__timer *lookup(luna__timers *tm, luna_timer_id id) {
   return &tm->slots[idx];
 }
 
-int luna__timers_add(luna__timers *tm, const luna__alloc *a, int timing,
-                     luna_timer_kind kind, int64_t deadline, luna_fn fn,
-                     void *arg, luna_timer_id *out) {
+int luna__loop_add_timer(luna_loop *loop, luna_timing timing, luna_timer_kind kind,
+                         int64_t deadline, luna_fn fn, void *arg, luna_timer_id *out) {
+  luna__timers *tm = &loop->timers;
+  const luna__alloc *a = &loop->alloc;
   unsigned hnum = (unsigned)(timing * LUNA_TIMER_KIND_COUNT + (int)kind);
   luna__heap *h = &tm->heaps[hnum];
   luna__timer *t;

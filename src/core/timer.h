@@ -97,10 +97,9 @@ typedef struct luna__timers {
 
 void luna__timers_init(luna__timers *tm);
 
-/* luna_timer_add (arguments checked by the caller). */
-int luna__timers_add(luna__timers *tm, const luna__alloc *a, int timing,
-                     luna_timer_kind kind, int64_t deadline, luna_fn fn,
-                     void *arg, luna_timer_id *out);
+/* luna_timer_add once its arguments are checked is luna__loop_add_timer
+   (lunaloop/extension.h), defined in timer.c: the binding's awaits call it
+   directly, with no wrapper between them and the heap. */
 
 /* luna_timer_cancel: 0 or LUNA_ENOENT. */
 int luna__timers_cancel(luna__timers *tm, luna_timer_id id);
