@@ -13,10 +13,11 @@
 ** undefined): the callers have checked them already, which is why these
 ** exist beside the public functions.
 **
-** The reads a layer makes once per task resume or callback call (the frame
-** number, the timing running now, delta time) are static inline over a
-** read-only view that is the first member of the loop, so they cost one
-** load each, as a field read in place would; the rest are plain calls.
+** What a layer does once per task resume, yield or callback call (read the
+** frame number, the timing running now, delta time; hold the loop; queue a
+** continuation) is static inline over a view that is the first member of
+** the loop, so it costs what the same code written in place would; the
+** rest are plain calls.
 */
 #ifndef LUNALOOP_EXTENSION_H
 #define LUNALOOP_EXTENSION_H
@@ -40,10 +41,39 @@ LUNA_BEGIN_DECLS
 #define LUNA__PREFETCH(p) ((void)(p))
 #endif
 
-/* The loop's fields that the layers above read on their hot paths. The
+/* One queued continuation (the core's queue.h owns the queue's logic). */
+typedef struct luna__entry {
+  luna_fn fn;
+  void *arg;
+  bool posted; /* came from luna_post: kept by reset and purge */
+} luna__entry;
+
+/* The continuation queue of one timing, double buffered: `wait` collects
+   what is queued for the timing's next run, `run` is what a run drains. */
+typedef struct luna__queue {
+  luna__entry *run;  /* being drained: [run_head, run_n) not yet called */
+  size_t run_head, run_n, run_cap;
+  luna__entry *wait; /* for the next run, in FIFO order */
+  size_t wait_n, wait_cap;
+} luna__queue;
+
+/* Appends fn(arg) to q's wait array when it has room and returns true;
+   false when it is full (nothing changed: the caller grows it). */
+static inline bool luna__queue_try_push(luna__queue *q, luna_fn fn, void *arg, bool posted) {
+  luna__entry *e;
+  if (q->wait_n == q->wait_cap)
+    return false;
+  e = &q->wait[q->wait_n++];
+  e->fn = fn;
+  e->arg = arg;
+  e->posted = posted;
+  return true;
+}
+
+/* The loop's fields that the layers above use on their hot paths. The
    core keeps them here and nowhere else; a layer reads them through the
    accessors below and never writes them (held changes only through
-   luna__loop_hold). */
+   luna__loop_hold, the queues only through luna__loop_enqueue). */
 typedef struct luna__loop_view {
   uint64_t frame;     /* frames begun (luna_loop_frame_count) */
   luna_ns delta;      /* scaled delta of the current frame */
@@ -52,6 +82,7 @@ typedef struct luna__loop_view {
   int held;           /* > 0: a layer runs code that must not drive frames */
   bool in_fixed_step; /* from a FixedUpdate run to the end of its
                          LastFixedUpdate: delta time reads fixed_dt */
+  luna__queue queues[LUNA_TIMING_COUNT]; /* continuations, per timing */
 } luna__loop_view;
 
 /* The view of `loop`. It is the first member of struct luna_loop, so the
@@ -87,9 +118,18 @@ static inline void luna__loop_hold(luna_loop *loop, int delta) {
   ((luna__loop_view *)(void *)loop)->held += delta;
 }
 
+/* luna__loop_enqueue's slow path: grows the queue, then appends. */
+int luna__loop_enqueue_grow(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg);
+
 /* luna_enqueue for a caller whose timing is in range and fn not NULL (the
-   binding's task.yield): 0 or LUNA_ENOMEM (fn never runs then). */
-int luna__loop_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg);
+   binding's task.yield): 0 or LUNA_ENOMEM (fn never runs then). Inline: it
+   runs once per yield, and only growing the queue needs a call. */
+static inline int luna__loop_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn,
+                                     void *arg) {
+  luna__queue *q = &((luna__loop_view *)(void *)loop)->queues[timing];
+  return luna__queue_try_push(q, fn, arg, false) ? 0
+                                                : luna__loop_enqueue_grow(loop, timing, fn, arg);
+}
 
 /* luna_timer_add for a caller whose timing and kind are in range and fn not
    NULL (the binding's awaits): 0 or LUNA_ENOMEM (fn never runs then). */

@@ -282,16 +282,23 @@ LUNA_API int luna_loop_reserve_posts(luna_loop *loop, size_t n);
    crash. {0} is never a valid handle. */
 typedef struct luna_timer_id { uint64_t id; } luna_timer_id;
 
-/* What a timer's deadline is measured on. Frame waits compare against the
-   frame counter; the others against the clock of the same number. */
+/* What a timer's deadline is measured on. Frame waits (LUNA_TIMER_FRAME,
+   0) compare against the frame counter; then one kind per clock of
+   LUNA_CLOCK_MAP, LUNA_TIMER_<CLOCK> = LUNA_CLOCK_<CLOCK> + 1
+   (LUNA_TIMER_SCALED = 1, UNSCALED = 2, REALTIME = 3, FIXED = 4), each
+   compared against its clock. */
 typedef enum luna_timer_kind {
   LUNA_TIMER_FRAME = 0,
-  LUNA_TIMER_SCALED = 1,
-  LUNA_TIMER_UNSCALED = 2,
-  LUNA_TIMER_REALTIME = 3,
-  LUNA_TIMER_FIXED = 4,
-  LUNA_TIMER_KIND_COUNT = 5
+#define LUNA__TIMER_KIND_ENUM(name, value, text) LUNA_TIMER_##name = (value) + 1,
+  LUNA_CLOCK_MAP(LUNA__TIMER_KIND_ENUM)
+#undef LUNA__TIMER_KIND_ENUM
+  LUNA_TIMER_KIND_COUNT = LUNA_CLOCK_COUNT + 1
 } luna_timer_kind;
+
+/* The timer kind measured on `clock` (a luna_clock in range), and the clock
+   of a timer kind other than LUNA_TIMER_FRAME. */
+#define LUNA_TIMER_KIND_OF_CLOCK(clock) ((luna_timer_kind)((int)(clock) + 1))
+#define LUNA_CLOCK_OF_TIMER_KIND(kind) ((luna_clock)((int)(kind) - 1))
 
 /* Calls fn(arg) once at the first run of `timing` at which the kind's clock
    (frame counter for LUNA_TIMER_FRAME) reads >= deadline (absolute; clamped to

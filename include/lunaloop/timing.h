@@ -15,24 +15,36 @@
 
 LUNA_BEGIN_DECLS
 
+/* The timings in frame order: X(NAME, value, "Name"). The one table of
+   them: the enum below, luna_timing_name / luna_timing_parse /
+   luna_timing_list and the binding's task.timings come from it.
+   FIXED_UPDATE runs once per fixed step (0..n times a frame); UPDATE is the
+   default timing of every await. */
+#define LUNA_TIMING_MAP(X)                                                     \
+  X(INITIALIZATION, 0, "Initialization")                                       \
+  X(LAST_INITIALIZATION, 1, "LastInitialization")                              \
+  X(EARLY_UPDATE, 2, "EarlyUpdate")                                            \
+  X(LAST_EARLY_UPDATE, 3, "LastEarlyUpdate")                                   \
+  X(FIXED_UPDATE, 4, "FixedUpdate")                                            \
+  X(LAST_FIXED_UPDATE, 5, "LastFixedUpdate")                                   \
+  X(PRE_UPDATE, 6, "PreUpdate")                                                \
+  X(LAST_PRE_UPDATE, 7, "LastPreUpdate")                                       \
+  X(UPDATE, 8, "Update")                                                       \
+  X(LAST_UPDATE, 9, "LastUpdate")                                              \
+  X(PRE_LATE_UPDATE, 10, "PreLateUpdate")                                      \
+  X(LAST_PRE_LATE_UPDATE, 11, "LastPreLateUpdate")                             \
+  X(POST_LATE_UPDATE, 12, "PostLateUpdate")                                    \
+  X(LAST_POST_LATE_UPDATE, 13, "LastPostLateUpdate")                           \
+  X(TIME_UPDATE, 14, "TimeUpdate")                                             \
+  X(LAST_TIME_UPDATE, 15, "LastTimeUpdate")
+
 typedef enum luna_timing {
-  LUNA_INITIALIZATION = 0,
-  LUNA_LAST_INITIALIZATION = 1,
-  LUNA_EARLY_UPDATE = 2,
-  LUNA_LAST_EARLY_UPDATE = 3,
-  LUNA_FIXED_UPDATE = 4, /* runs once per fixed step: 0..n times a frame */
-  LUNA_LAST_FIXED_UPDATE = 5,
-  LUNA_PRE_UPDATE = 6,
-  LUNA_LAST_PRE_UPDATE = 7,
-  LUNA_UPDATE = 8, /* the default timing of every await */
-  LUNA_LAST_UPDATE = 9,
-  LUNA_PRE_LATE_UPDATE = 10,
-  LUNA_LAST_PRE_LATE_UPDATE = 11,
-  LUNA_POST_LATE_UPDATE = 12,
-  LUNA_LAST_POST_LATE_UPDATE = 13,
-  LUNA_TIME_UPDATE = 14,
-  LUNA_LAST_TIME_UPDATE = 15,
-  LUNA_TIMING_COUNT = 16
+#define LUNA__TIMING_ENUM(name, value, text) LUNA_##name = (value),
+  LUNA_TIMING_MAP(LUNA__TIMING_ENUM)
+#undef LUNA__TIMING_ENUM
+#define LUNA__TIMING_ONE(name, value, text) +1
+  LUNA_TIMING_COUNT = 0 LUNA_TIMING_MAP(LUNA__TIMING_ONE)
+#undef LUNA__TIMING_ONE
 } luna_timing;
 
 /* Time in nanoseconds. Signed so that differences are plain subtraction. */
@@ -52,17 +64,32 @@ typedef int64_t luna_ns;
    scaled time; anything larger is almost surely a bug). */
 #define LUNA_TIME_SCALE_MAX 1e6
 
-/* The clocks a delay can be measured on. */
+/* The clocks a delay can be measured on: X(NAME, value, "name"). The one
+   table of them: the enum below, luna_clock_name / luna_clock_parse, the
+   timer kinds of loop.h (one per clock, after LUNA_TIMER_FRAME) and the
+   Lua binding's names all come from it. Values are fixed: hosts may store
+   them.
+     SCALED:   += dt * time_scale each frame (the default)
+     UNSCALED: += dt each frame
+     REALTIME: monotonic, read when checked; replaceable
+     FIXED:    += fixed_dt each fixed step */
+#define LUNA_CLOCK_MAP(X)                                                      \
+  X(SCALED, 0, "scaled")                                                       \
+  X(UNSCALED, 1, "unscaled")                                                   \
+  X(REALTIME, 2, "realtime")                                                   \
+  X(FIXED, 3, "fixed")
+
 typedef enum luna_clock {
-  LUNA_CLOCK_SCALED = 0,   /* += dt * time_scale each frame (the default) */
-  LUNA_CLOCK_UNSCALED = 1, /* += dt each frame */
-  LUNA_CLOCK_REALTIME = 2, /* monotonic, read when checked; replaceable */
-  LUNA_CLOCK_FIXED = 3,    /* += fixed_dt each fixed step */
-  LUNA_CLOCK_COUNT = 4
+#define LUNA__CLOCK_ENUM(name, value, text) LUNA_CLOCK_##name = (value),
+  LUNA_CLOCK_MAP(LUNA__CLOCK_ENUM)
+#undef LUNA__CLOCK_ENUM
+#define LUNA__CLOCK_ONE(name, value, text) +1
+  LUNA_CLOCK_COUNT = 0 LUNA_CLOCK_MAP(LUNA__CLOCK_ONE)
+#undef LUNA__CLOCK_ONE
 } luna_clock;
 
-/* The timing's name as in the design table ("FixedUpdate"), or NULL when
-   `timing` is out of range. Any thread. */
+/* The timing's name as LUNA_TIMING_MAP spells it ("FixedUpdate"), or
+   NULL when `timing` is out of range. Any thread. */
 LUNA_API const char *luna_timing_name(int timing);
 
 /* Parses a case-sensitive timing name of `len` bytes into *out.

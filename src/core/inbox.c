@@ -15,10 +15,10 @@
 ** check discards the value then).
 **
 ** Why shards: with one stack and one free list, every post of every
-** producer did two CASes on the same two lines, and two producers spent
-** their time taking those lines from each other (and W5 of the benchmark
-** suite showed a mutex-protected array winning). A shard per producer leaves
-** each line to one producer and the loop thread.
+** producer would do two CASes on the same two lines, and two producers
+** would spend their time taking those lines from each other (a
+** mutex-protected array beats that). A shard per producer leaves each line
+** to one producer and the loop thread.
 */
 #include "inbox.h"
 #include "lunaloop/error.h"

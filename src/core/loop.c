@@ -44,7 +44,7 @@ int luna_loop_new(const luna_config *config, luna_loop **out) {
     return LUNA_ENOMEM;
   }
   for (t = 0; t < LUNA_TIMING_COUNT; t++)
-    memset(&loop->queues[t], 0, sizeof loop->queues[t]);
+    memset(&loop->v.queues[t], 0, sizeof loop->v.queues[t]);
   luna__timers_init(&loop->timers);
   luna__runner_init(&loop->runner);
   luna__clocks_init(&loop->clocks, config->realtime, config->realtime_ud);
@@ -86,7 +86,7 @@ void luna_loop_free(luna_loop *loop) {
   notify(loop, LUNA_EVENT_FREE);
   alloc = loop->alloc;
   for (t = 0; t < LUNA_TIMING_COUNT; t++)
-    luna__queue_free(&loop->queues[t], &alloc);
+    luna__queue_free(&loop->v.queues[t], &alloc);
   luna__inbox_free(&loop->inbox, &alloc);
   luna__timers_free(&loop->timers, &alloc);
   luna__runner_free(&loop->runner, &alloc);
@@ -104,7 +104,7 @@ int luna_loop_reset(luna_loop *loop) {
   notify(loop, LUNA_EVENT_RESET);
   /* Posts stay: in the inbox, pending, and those already queued. */
   for (t = 0; t < LUNA_TIMING_COUNT; t++)
-    luna__queue_drop(&loop->queues[t]);
+    luna__queue_drop(&loop->v.queues[t]);
   luna__timers_drop(&loop->timers);
   luna__runner_drop(&loop->runner);
   loop->stop = false;
@@ -148,6 +148,7 @@ int luna_loop_remove_listener(luna_loop *loop, luna_listener_fn fn, void *ud) {
    source is read at most once per run, and only if a realtime timer waits. */
 static bool fire_timers(luna_loop *loop, int timing, uint64_t start_seq) {
   luna_ns now[LUNA_TIMER_KIND_COUNT];
+  _Static_assert(LUNA_TIMER_KIND_COUNT == 5, "fire_timers reads one clock per timer kind");
   now[LUNA_TIMER_FRAME] = (luna_ns)loop->v.frame;
   now[LUNA_TIMER_SCALED] = loop->clocks.scaled;
   now[LUNA_TIMER_UNSCALED] = loop->clocks.unscaled;
@@ -183,9 +184,9 @@ static int run_timing(luna_loop *loop, int timing) {
   /* Most runs of most timings have nothing to do (16 or more runs a frame,
      work usually at a few timings), so each step is skipped when its
      structure is empty: an idle run costs a few loads, not four calls. */
-  luna__inbox_deliver(&loop->inbox, &loop->alloc, timing, &loop->queues[timing]);
-  stopped = luna__queue_count(&loop->queues[timing]) > 0 &&
-            luna__queue_drain(&loop->queues[timing], &loop->alloc, loop);
+  luna__inbox_deliver(&loop->inbox, &loop->alloc, timing, &loop->v.queues[timing]);
+  stopped = luna__queue_count(&loop->v.queues[timing]) > 0 &&
+            luna__queue_drain(&loop->v.queues[timing], &loop->alloc, loop);
   if (!stopped && luna__timers_any(&loop->timers, timing))
     stopped = fire_timers(loop, timing, start_seq);
   if (!stopped && luna__runner_has_items(&loop->runner, timing))
@@ -258,20 +259,23 @@ int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt) {
   return 0;
 }
 
-int luna_loop_begin_frame(luna_loop *loop, double dt_seconds) {
+/* Calls the ns form `fn` of a driver with dt given in seconds: LUNA_EINVAL
+   for a negative, NaN or infinite dt. */
+static int in_seconds(int (*fn)(luna_loop *, luna_ns), luna_loop *loop, double dt_seconds) {
   luna_ns dt;
   if (luna_seconds_to_ns(dt_seconds, &dt) != 0)
     return LUNA_EINVAL;
-  return luna_loop_begin_frame_ns(loop, dt);
+  return fn(loop, dt);
+}
+
+int luna_loop_begin_frame(luna_loop *loop, double dt_seconds) {
+  return in_seconds(luna_loop_begin_frame_ns, loop, dt_seconds);
 }
 
 int luna_loop_frame_ns(luna_loop *loop, luna_ns dt) {
-  int rc, timing;
-  if (loop == NULL || dt < 0)
-    return LUNA_EINVAL;
-  if (busy(loop))
-    return LUNA_ESTATE;
-  rc = luna_loop_begin_frame_ns(loop, dt);
+  int timing;
+  /* begin_frame checks the loop, dt and reentrancy for both. */
+  int rc = luna_loop_begin_frame_ns(loop, dt);
   if (rc != 0)
     return rc;
   loop->in_frame = true;
@@ -289,10 +293,7 @@ int luna_loop_frame_ns(luna_loop *loop, luna_ns dt) {
 }
 
 int luna_loop_frame(luna_loop *loop, double dt_seconds) {
-  luna_ns dt;
-  if (luna_seconds_to_ns(dt_seconds, &dt) != 0)
-    return LUNA_EINVAL;
-  return luna_loop_frame_ns(loop, dt);
+  return in_seconds(luna_loop_frame_ns, loop, dt_seconds);
 }
 
 int luna_loop_run(luna_loop *loop, luna_timing timing) {
@@ -382,7 +383,7 @@ void luna_loop_get_stats(luna_loop *loop, luna_loop_stats *out) {
   out->dropped_fixed_steps = loop->dropped_fixed_steps;
   out->dropped_fixed_ns = loop->dropped_fixed_ns;
   for (t = 0; t < LUNA_TIMING_COUNT; t++) {
-    out->queued[t] = luna__queue_count(&loop->queues[t]) +
+    out->queued[t] = luna__queue_count(&loop->v.queues[t]) +
                      luna__inbox_pending(&loop->inbox, t);
     out->timers[t] = luna__timers_count(&loop->timers, t);
     out->items[t] = luna__runner_count(&loop->runner, t);
@@ -399,7 +400,7 @@ bool luna_loop_idle(luna_loop *loop) {
   if (loop == NULL)
     return false;
   for (t = 0; t < LUNA_TIMING_COUNT; t++)
-    if (luna__queue_count(&loop->queues[t]) > 0 || luna__timers_count(&loop->timers, t) > 0 ||
+    if (luna__queue_count(&loop->v.queues[t]) > 0 || luna__timers_count(&loop->timers, t) > 0 ||
         luna__runner_count(&loop->runner, t) > 0)
       return false;
   return luna__inbox_empty(&loop->inbox);
@@ -410,7 +411,7 @@ bool luna_loop_idle(luna_loop *loop) {
 int luna_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg) {
   if (loop == NULL || fn == NULL || !valid_timing((int)timing))
     return LUNA_EINVAL;
-  return luna__queue_push(&loop->queues[timing], &loop->alloc, fn, arg, false);
+  return luna__loop_enqueue(loop, timing, fn, arg);
 }
 
 size_t luna_purge(luna_loop *loop, luna_match_fn match, void *ud) {
@@ -419,7 +420,7 @@ size_t luna_purge(luna_loop *loop, luna_match_fn match, void *ud) {
   if (loop == NULL || match == NULL)
     return 0;
   for (t = 0; t < LUNA_TIMING_COUNT; t++)
-    n += luna__queue_purge(&loop->queues[t], match, ud);
+    n += luna__queue_purge(&loop->v.queues[t], match, ud);
   return n;
 }
 
@@ -442,8 +443,7 @@ int luna_timer_add(luna_loop *loop, luna_timing timing, luna_timer_kind kind,
   if (loop == NULL || fn == NULL || !valid_timing((int)timing) ||
       (int)kind < 0 || kind >= LUNA_TIMER_KIND_COUNT)
     return LUNA_EINVAL;
-  return luna__timers_add(&loop->timers, &loop->alloc, (int)timing, kind,
-                          deadline, fn, arg, out);
+  return luna__loop_add_timer(loop, timing, kind, deadline, fn, arg, out);
 }
 
 int luna_timer_cancel(luna_loop *loop, luna_timer_id id) {
@@ -503,14 +503,8 @@ int luna_loop_set_cost_source(luna_loop *loop, luna_time_fn fn, void *ud) {
 
 /* ---- the interface of the layers above (lunaloop/extension.h) ------------- */
 
-int luna__loop_enqueue(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg) {
-  return luna__queue_push(&loop->queues[timing], &loop->alloc, fn, arg, false);
-}
-
-int luna__loop_add_timer(luna_loop *loop, luna_timing timing, luna_timer_kind kind,
-                         int64_t deadline, luna_fn fn, void *arg, luna_timer_id *out) {
-  return luna__timers_add(&loop->timers, &loop->alloc, (int)timing, kind, deadline, fn, arg,
-                          out);
+int luna__loop_enqueue_grow(luna_loop *loop, luna_timing timing, luna_fn fn, void *arg) {
+  return luna__queue_push(&loop->v.queues[timing], &loop->alloc, fn, arg, false);
 }
 
 void luna__loop_set_warm(luna_loop *loop, luna_fn fn, void (*warm)(void *arg)) {

@@ -30,11 +30,11 @@ typedef struct luna__listener {
 
 struct luna_loop {
   /* First, so that luna__loop_view_of is a conversion: frame, delta,
-     fixed_dt, current, held, in_fixed_step (see extension.h). */
+     fixed_dt, current, held, in_fixed_step and the continuation queues
+     (see extension.h). */
   luna__loop_view v;
   luna__alloc alloc;
   luna__clocks clocks;
-  luna__queue queues[LUNA_TIMING_COUNT];
   luna__inbox inbox;
   luna__timers timers;
   luna__runner runner;

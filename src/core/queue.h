@@ -20,21 +20,9 @@
 #include <stddef.h>
 
 #include "alloc.h"
+#include "lunaloop/extension.h" /* luna__entry, luna__queue, luna__queue_try_push */
 #include "lunaloop/error.h"
 #include "lunaloop/loop.h"
-
-typedef struct luna__entry {
-  luna_fn fn;
-  void *arg;
-  bool posted; /* came from luna_post: kept by reset and purge */
-} luna__entry;
-
-typedef struct luna__queue {
-  luna__entry *run;  /* being drained: [run_head, run_n) not yet called */
-  size_t run_head, run_n, run_cap;
-  luna__entry *wait; /* for the next run, in FIFO order */
-  size_t wait_n, wait_cap;
-} luna__queue;
 
 /* Makes room for one more entry in `wait`. 0 or LUNA_ENOMEM. */
 int luna__queue_reserve(luna__queue *q, const luna__alloc *a);
@@ -43,13 +31,11 @@ int luna__queue_reserve(luna__queue *q, const luna__alloc *a);
    path of every task.yield, and only growing needs a call. */
 static inline int luna__queue_push(luna__queue *q, const luna__alloc *a, luna_fn fn,
                                    void *arg, bool posted) {
-  luna__entry *e;
-  if (q->wait_n == q->wait_cap && luna__queue_reserve(q, a) != 0)
+  if (luna__queue_try_push(q, fn, arg, posted))
+    return 0;
+  if (luna__queue_reserve(q, a) != 0)
     return LUNA_ENOMEM;
-  e = &q->wait[q->wait_n++];
-  e->fn = fn;
-  e->arg = arg;
-  e->posted = posted;
+  luna__queue_try_push(q, fn, arg, posted);
   return 0;
 }
 

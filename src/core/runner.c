@@ -24,22 +24,15 @@ void luna__runner_set_batch(luna__runner *r, luna_step_fn step, luna__batch_fn f
   r->batch_fn = step != NULL ? fn : NULL;
 }
 
-static luna_item_id make_id(uint32_t slot, uint32_t gen) {
-  luna_item_id id;
-  id.id = ((uint64_t)gen << 32) | (uint64_t)(slot + 1); /* never 0 */
-  return id;
-}
+LUNA__SLOT_LAYOUT(luna__item_slot);
 
 /* The live slot of `id`, or NULL when the handle is stale or bogus. */
 static luna__item_slot *lookup(luna__runner *r, luna_item_id id) {
-  uint32_t low = (uint32_t)id.id;
-  luna__item_slot *s;
-  if (low == 0 || low > r->nslots)
+  uint32_t slot;
+  if (!luna__slab_find(&r->slab, r->slots, sizeof *r->slots, id.id, &slot) ||
+      !r->slots[slot].live)
     return NULL;
-  s = &r->slots[low - 1];
-  if (!s->live || s->gen != (uint32_t)(id.id >> 32))
-    return NULL;
-  return s;
+  return &r->slots[slot];
 }
 
 /* Frees a slot: a new generation makes old handles stale. */
@@ -47,9 +40,7 @@ static void release_slot(luna__runner *r, uint32_t slot) {
   luna__item_slot *s = &r->slots[slot];
   s->live = 0;
   s->flags = 0;
-  s->gen++;
-  s->pos = r->free_slot;
-  r->free_slot = slot + 1;
+  luna__slab_give(&r->slab, r->slots, sizeof *r->slots, slot);
 }
 
 /* ---- the deferred list -------------------------------------------------- */
@@ -139,19 +130,8 @@ int luna__runner_add(luna__runner *r, const luna__alloc *a, int timing,
   if (luna__grow(a, (void **)&it->a, &it->cap, sizeof *it->a,
                  it->n + it->npending + 1) != 0)
     return LUNA_ENOMEM;
-  if (r->free_slot == 0) {
-    if (r->nslots >= UINT32_MAX - 1)
-      return LUNA_ENOMEM;
-    if (r->nslots == r->slots_cap &&
-        luna__grow(a, (void **)&r->slots, &r->slots_cap, sizeof *r->slots,
-                   r->nslots + 1) != 0)
-      return LUNA_ENOMEM;
-    r->slots[r->nslots].gen = 0;
-    slot = (uint32_t)r->nslots++;
-  } else {
-    slot = r->free_slot - 1;
-    r->free_slot = r->slots[slot].pos;
-  }
+  if (luna__slab_take(&r->slab, a, (void **)&r->slots, sizeof *r->slots, &slot) != 0)
+    return LUNA_ENOMEM;
   s = &r->slots[slot];
   s->live = 1;
   s->timing = (uint8_t)timing;
@@ -169,7 +149,7 @@ int luna__runner_add(luna__runner *r, const luna__alloc *a, int timing,
     insert_at(r, it->a, &it->n, upper_bound(it->a, it->n, priority), &item);
   }
   if (out != NULL)
-    *out = make_id(slot, s->gen);
+    out->id = luna__slab_handle(r->slots, sizeof *r->slots, slot);
   return 0;
 }
 
@@ -405,7 +385,5 @@ void luna__runner_free(luna__runner *r, const luna__alloc *a) {
     it->defer_head = it->defer_tail = 0;
     it->ndeferred = 0;
   }
-  luna__array_free(a, (void **)&r->slots, &r->slots_cap, sizeof *r->slots);
-  r->nslots = 0;
-  r->free_slot = 0;
+  luna__slab_free(&r->slab, a, (void **)&r->slots, sizeof *r->slots);
 }

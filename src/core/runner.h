@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "alloc.h"
+#include "slots.h"
 #include "lunaloop/extension.h" /* luna__item, luna__batch */
 #include "lunaloop/loop.h"
 
@@ -66,10 +67,11 @@ typedef struct luna__items {
 #define LUNA__SLOT_DONE 0x08u      /* called from the deferred list in this
                                       run: the array walk skips it */
 
-/* A handle slot: where its item is while live; the free-list link when not. */
+/* A handle slot: where its item is while live; the free-list link when
+   not (slots.h: pos and gen come first). */
 typedef struct luna__item_slot {
-  uint32_t gen;
   uint32_t pos;        /* live: index in its array; free: next free + 1 */
+  uint32_t gen;
   uint32_t prev, next; /* deferred list links (slot + 1; 0: none) */
   uint8_t timing;
   uint8_t live;
@@ -79,8 +81,7 @@ typedef struct luna__item_slot {
 typedef struct luna__runner {
   luna__items items[LUNA_TIMING_COUNT];
   luna__item_slot *slots;
-  size_t nslots, slots_cap;
-  uint32_t free_slot; /* first free slot + 1; 0: none */
+  luna__slab slab;    /* hands out the slots' indices (slots.h) */
   int active;         /* the timing whose run is in progress, or -1: its
                          array must not change shape until the run ends */
 

@@ -14,11 +14,8 @@
    sift touches and the slot writes it makes, for a few more comparisons
    (three a level to find the earliest of four, against two for the two
    binary levels it replaces); the four children of a node are one 64-byte
-   line (see heap_grow).
-   Measured against a binary heap of the same entries (benchmarks W2, see
-   docs/performance.md): 1.5 to 6% fewer instructions in all, and a wall
-   time within the noise (a little less with 100,000 timers, a little more
-   with 10,000). */
+   line (see heap_grow). Against a binary heap of the same entries that is
+   a few percent fewer instructions in all for the same wall time. */
 #define ARITY 4
 
 /* While every sequence handed out is below 2^32, the entries' 32-bit seq
@@ -175,30 +172,28 @@ static int heap_grow(const luna__alloc *al, luna__heap *h) {
 
 /* ---- slots ---------------------------------------------------------------- */
 
+LUNA__SLOT_LAYOUT(luna__timer);
+
 static void free_slot(luna__timers *tm, uint32_t idx) {
   luna__timer *t = &tm->slots[idx];
   t->fn = NULL;
   t->arg = NULL;
-  t->gen++;
-  t->pos = tm->free_slot;
-  tm->free_slot = idx + 1;
+  luna__slab_give(&tm->slab, tm->slots, sizeof *tm->slots, idx);
 }
 
 /* The live timer of `id`, or NULL when stale (fired, cancelled) or bogus. */
 static luna__timer *lookup(luna__timers *tm, luna_timer_id id) {
-  uint32_t low = (uint32_t)id.id;
-  luna__timer *t;
-  if (low == 0 || low > tm->nslots)
+  uint32_t idx;
+  if (!luna__slab_find(&tm->slab, tm->slots, sizeof *tm->slots, id.id, &idx) ||
+      tm->slots[idx].fn == NULL)
     return NULL;
-  t = &tm->slots[low - 1];
-  if (t->fn == NULL || t->gen != (uint32_t)(id.id >> 32))
-    return NULL;
-  return t;
+  return &tm->slots[idx];
 }
 
-int luna__timers_add(luna__timers *tm, const luna__alloc *a, int timing,
-                     luna_timer_kind kind, int64_t deadline, luna_fn fn,
-                     void *arg, luna_timer_id *out) {
+int luna__loop_add_timer(luna_loop *loop, luna_timing timing, luna_timer_kind kind,
+                         int64_t deadline, luna_fn fn, void *arg, luna_timer_id *out) {
+  luna__timers *tm = &loop->timers;
+  const luna__alloc *a = &loop->alloc;
   unsigned hnum = (unsigned)(timing * LUNA_TIMER_KIND_COUNT + (int)kind);
   luna__heap *h = &tm->heaps[hnum];
   luna__timer *t;
@@ -207,19 +202,8 @@ int luna__timers_add(luna__timers *tm, const luna__alloc *a, int timing,
   /* Reserve the heap room and the slot first: failure changes nothing. */
   if (h->n + h->due >= h->cap && heap_grow(a, h) != 0)
     return LUNA_ENOMEM;
-  if (tm->free_slot == 0) {
-    if (tm->nslots >= UINT32_MAX - 1)
-      return LUNA_ENOMEM;
-    if (tm->nslots == tm->slots_cap &&
-        luna__grow(a, (void **)&tm->slots, &tm->slots_cap, sizeof *tm->slots,
-                   tm->nslots + 1) != 0)
-      return LUNA_ENOMEM;
-    tm->slots[tm->nslots].gen = 0;
-    idx = (uint32_t)tm->nslots++;
-  } else {
-    idx = tm->free_slot - 1;
-    tm->free_slot = tm->slots[idx].pos;
-  }
+  if (luna__slab_take(&tm->slab, a, (void **)&tm->slots, sizeof *tm->slots, &idx) != 0)
+    return LUNA_ENOMEM;
   if (deadline > LUNA_NS_MAX)
     deadline = LUNA_NS_MAX;
   else if (deadline < -LUNA_NS_MAX)
@@ -235,7 +219,7 @@ int luna__timers_add(luna__timers *tm, const luna__alloc *a, int timing,
   h->live++;
   heap_push(tm, h, e);
   if (out != NULL)
-    out->id = ((uint64_t)t->gen << 32) | (uint64_t)(idx + 1);
+    out->id = luna__slab_handle(tm->slots, sizeof *tm->slots, idx);
   return 0;
 }
 
@@ -253,7 +237,7 @@ int luna__timers_cancel(luna__timers *tm, luna_timer_id id) {
        frees the slot when it reaches it. */
     t->fn = NULL;
     t->arg = NULL;
-    t->gen++;
+    luna__slab_retire(tm->slots, sizeof *tm->slots, idx);
     return 0;
   }
   heap_remove(tm, h, t->pos);
@@ -339,8 +323,8 @@ bool luna__timers_fire(luna__timers *tm, int timing,
   luna__heap *hs = &tm->heaps[timing * LUNA_TIMER_KIND_COUNT];
   int kind;
 
-  /* Most runs have timers but none due (W2_frame): find the first due
-     kind before setting anything up. */
+  /* Most runs have timers but none due (a frame with many sleepers): find
+     the first due kind before setting anything up. */
   for (kind = 0; kind < LUNA_TIMER_KIND_COUNT; kind++)
     if (hs[kind].n > 0 && hs[kind].a[0].deadline <= now[kind])
       break;
@@ -421,7 +405,5 @@ void luna__timers_free(luna__timers *tm, const luna__alloc *a) {
     }
     memset(h, 0, sizeof *h);
   }
-  luna__array_free(a, (void **)&tm->slots, &tm->slots_cap, sizeof *tm->slots);
-  tm->nslots = 0;
-  tm->free_slot = 0;
+  luna__slab_free(&tm->slab, a, (void **)&tm->slots, sizeof *tm->slots);
 }

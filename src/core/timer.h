@@ -21,10 +21,10 @@
 ** slots' full sequence (a wrapping 32-bit comparison would not be sound: a
 ** timer may live while 2^32 others are created).
 **
-** Memory: 32 bytes a slot plus 16 in its heap, 48 bytes a timer (it was 40
-** plus 4 with the deadline in the slot and bare indices in the heaps); the
-** arrays double when they grow and are kept, so adding allocates only on
-** growth. A heap's array has up to 3 entries of slack for the alignment.
+** Memory: 32 bytes a slot plus 16 in its heap, 48 bytes a timer: the key
+** in the heap entry costs 8 bytes a timer more than bare indices would, and
+** buys sifts that read no slot. The arrays double when they grow and are
+** kept, so adding allocates only on growth. A heap's array has up to 3 entries of slack for the alignment.
 **
 ** Firing collects first, then calls: every due timer of the timing is
 ** popped, across kinds in the order frame, scaled, unscaled, realtime,
@@ -45,19 +45,22 @@
 #include <stdint.h>
 
 #include "alloc.h"
+#include "slots.h"
 #include "lunaloop/loop.h"
 
+/* A timer's slot (slots.h: pos and gen come first). */
 typedef struct luna__timer {
-  /* (seq << 8) | heap number (timing * 5 + kind, bits 0-6; bit 7 is 0).
+  /* In a heap: its index there (collected: stale, see luna__heap). Free:
+     next free slot (index + 1), 0 ends the list. */
+  uint32_t pos;
+  uint32_t gen;     /* bumped when the timer fires or is cancelled */
+  /* (seq << 8) | heap number (timing * LUNA_TIMER_KIND_COUNT + kind, bits
+     0-6; bit 7 is 0).
      Within one heap the low byte is equal, so comparing whole meta values
      compares creation sequences (56 bits: never wraps). */
   uint64_t meta;
   luna_fn fn;       /* NULL: free, or cancelled after being collected */
   void *arg;
-  /* In a heap: its index there (collected: stale, see luna__heap). Free:
-     next free slot (index + 1), 0 ends the list. */
-  uint32_t pos;
-  uint32_t gen;     /* bumped when the timer fires or is cancelled */
 } luna__timer;
 
 /* The deadline is here and nowhere else: a sift reads only entries. */
@@ -68,6 +71,7 @@ typedef struct luna__heap_entry {
 } luna__heap_entry;
 
 #define LUNA__TIMER_HEAPS (LUNA_TIMING_COUNT * LUNA_TIMER_KIND_COUNT)
+_Static_assert(LUNA__TIMER_HEAPS <= 128, "a heap number must fit bits 0-6 of luna__timer.meta");
 
 /* a[0, n) is the heap (a[0] the earliest); a[cap - due, cap) the timers a
    run collected and has not called yet, next first. n + due <= cap always,
@@ -86,18 +90,16 @@ typedef struct luna__heap {
 
 typedef struct luna__timers {
   luna__timer *slots;
-  size_t nslots, slots_cap;
-  uint32_t free_slot; /* first free slot + 1; 0: none */
+  luna__slab slab;    /* hands out the slots' indices (slots.h) */
   uint64_t seq;       /* creation sequence of the next timer */
   luna__heap heaps[LUNA__TIMER_HEAPS];
 } luna__timers;
 
 void luna__timers_init(luna__timers *tm);
 
-/* luna_timer_add (arguments checked by the caller). */
-int luna__timers_add(luna__timers *tm, const luna__alloc *a, int timing,
-                     luna_timer_kind kind, int64_t deadline, luna_fn fn,
-                     void *arg, luna_timer_id *out);
+/* luna_timer_add once its arguments are checked is luna__loop_add_timer
+   (lunaloop/extension.h), defined in timer.c: the binding's awaits call it
+   directly, with no wrapper between them and the heap. */
 
 /* luna_timer_cancel: 0 or LUNA_ENOENT. */
 int luna__timers_cancel(luna__timers *tm, luna_timer_id id);
@@ -114,7 +116,10 @@ bool luna__timers_has(const luna__timers *tm, int timing, luna_timer_kind kind);
    otherwise). */
 static inline bool luna__timers_any(const luna__timers *tm, int timing) {
   const luna__heap *h = &tm->heaps[timing * LUNA_TIMER_KIND_COUNT];
-  return (h[0].n | h[1].n | h[2].n | h[3].n | h[4].n) != 0;
+  /* One load per kind, or-ed without branches: frame, then each clock's. */
+#define LUNA__HEAP_N(name, value, text) | h[LUNA_TIMER_##name].n
+  return (h[LUNA_TIMER_FRAME].n LUNA_CLOCK_MAP(LUNA__HEAP_N)) != 0;
+#undef LUNA__HEAP_N
 }
 
 /* Step 3 for `timing`: now[kind] is each kind's clock (the frame counter for

@@ -9,58 +9,65 @@
 #include "lunaloop/error.h"
 #include "lunaloop/timing.h"
 
-/* In value order; the index is the timing. */
+/* Indexed by the timing. */
 static const char *const timing_names[LUNA_TIMING_COUNT] = {
-    "Initialization", "LastInitialization", "EarlyUpdate",    "LastEarlyUpdate",
-    "FixedUpdate",    "LastFixedUpdate",    "PreUpdate",      "LastPreUpdate",
-    "Update",         "LastUpdate",         "PreLateUpdate",  "LastPreLateUpdate",
-    "PostLateUpdate", "LastPostLateUpdate", "TimeUpdate",     "LastTimeUpdate"};
+#define TIMING_NAME(name, value, text) [LUNA_##name] = text,
+    LUNA_TIMING_MAP(TIMING_NAME)
+#undef TIMING_NAME
+};
 
-static const char *const clock_names[LUNA_CLOCK_COUNT] = {"scaled", "unscaled",
-                                                          "realtime", "fixed"};
+static const char *const clock_names[LUNA_CLOCK_COUNT] = {
+#define CLOCK_NAME(name, value, text) [LUNA_CLOCK_##name] = text,
+    LUNA_CLOCK_MAP(CLOCK_NAME)
+#undef CLOCK_NAME
+};
 
-/* Finds `name` (len bytes, not NUL-terminated) in `names`; -1 if absent. */
-static int find_name(const char *const *names, int count, const char *name,
-                     size_t len) {
+/* names[i], or NULL when i is out of [0, count). */
+static const char *name_at(const char *const *names, int count, int i) {
+  return i >= 0 && i < count ? names[i] : NULL;
+}
+
+/* Finds `name` (len bytes, not NUL-terminated) in `names` and stores its
+   index in *out: 0, or LUNA_EINVAL when absent (*out untouched). */
+static int find_name(const char *const *names, int count, const char *name, size_t len,
+                     int *out) {
   int i;
   if (name == NULL)
-    return -1;
+    return LUNA_EINVAL;
   for (i = 0; i < count; i++)
-    if (strlen(names[i]) == len && memcmp(names[i], name, len) == 0)
-      return i;
-  return -1;
+    if (strlen(names[i]) == len && memcmp(names[i], name, len) == 0) {
+      *out = i;
+      return 0;
+    }
+  return LUNA_EINVAL;
 }
 
 const char *luna_timing_name(int timing) {
-  if (timing < 0 || timing >= LUNA_TIMING_COUNT)
-    return NULL;
-  return timing_names[timing];
+  return name_at(timing_names, LUNA_TIMING_COUNT, timing);
 }
 
 int luna_timing_parse(const char *name, size_t len, luna_timing *out) {
-  int i = find_name(timing_names, LUNA_TIMING_COUNT, name, len);
-  if (i < 0 || out == NULL)
+  int i;
+  if (out == NULL || find_name(timing_names, LUNA_TIMING_COUNT, name, len, &i) != 0)
     return LUNA_EINVAL;
   *out = (luna_timing)i;
   return 0;
 }
 
 const char *luna_timing_list(void) {
-  return "Initialization, LastInitialization, EarlyUpdate, LastEarlyUpdate, "
-         "FixedUpdate, LastFixedUpdate, PreUpdate, LastPreUpdate, Update, "
-         "LastUpdate, PreLateUpdate, LastPreLateUpdate, PostLateUpdate, "
-         "LastPostLateUpdate, TimeUpdate, LastTimeUpdate";
+  /* ", Initialization, LastInitialization, ..." without its first ", ". */
+#define TIMING_ITEM(name, value, text) ", " text
+  return (LUNA_TIMING_MAP(TIMING_ITEM)) + 2;
+#undef TIMING_ITEM
 }
 
 const char *luna_clock_name(int clock) {
-  if (clock < 0 || clock >= LUNA_CLOCK_COUNT)
-    return NULL;
-  return clock_names[clock];
+  return name_at(clock_names, LUNA_CLOCK_COUNT, clock);
 }
 
 int luna_clock_parse(const char *name, size_t len, luna_clock *out) {
-  int i = find_name(clock_names, LUNA_CLOCK_COUNT, name, len);
-  if (i < 0 || out == NULL)
+  int i;
+  if (out == NULL || find_name(clock_names, LUNA_CLOCK_COUNT, name, len, &i) != 0)
     return LUNA_EINVAL;
   *out = (luna_clock)i;
   return 0;

@@ -384,14 +384,12 @@ static int l_delay_frame(lua_State *L) {
    `timing` at which `seconds` have passed on `clock` since this call
    (scaled by default). delay(0) acts as task.yield. */
 static int l_delay(lua_State *L) {
-  static const luna_timer_kind kinds[LUNA_CLOCK_COUNT] = {
-      LUNA_TIMER_SCALED, LUNA_TIMER_UNSCALED, LUNA_TIMER_REALTIME, LUNA_TIMER_FIXED};
   luna_ns ns = luna__check_seconds(L, 1);
   luna_timing timing = luna__opt_timing(L, 2, LUNA_UPDATE);
   luna_clock clock = luna__opt_clock(L, 3, LUNA_CLOCK_SCALED);
   luna__task *t = await_task(L, "task.delay");
   luna_ns now = luna_loop_time(t->b->loop, clock);
-  return arm_timer(L, t, timing, kinds[clock], luna_ns_add(now, ns));
+  return arm_timer(L, t, timing, LUNA_TIMER_KIND_OF_CLOCK(clock), luna_ns_add(now, ns));
 }
 
 static int wait_predicate(lua_State *L, bool until, const char *what) {

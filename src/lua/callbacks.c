@@ -250,10 +250,6 @@ void luna__tune_loop(luna_loop *loop) {
   luna__loop_set_warm(loop, luna__timer_cb, luna__warm_task);
 }
 
-static const luna_clock timer_clock[LUNA_TIMER_KIND_COUNT] = {
-    LUNA_CLOCK_SCALED, /* unused: every never uses frame timers */
-    LUNA_CLOCK_SCALED, LUNA_CLOCK_UNSCALED, LUNA_CLOCK_REALTIME, LUNA_CLOCK_FIXED};
-
 /* Arms the timer of an every handle for the call after calls_due. */
 static int arm_every(luna__binding *b, luna__handle *h) {
   int64_t next = h->calls_due + 1;
@@ -272,7 +268,7 @@ void luna__every_cb(luna_loop *loop, void *arg) {
   luna__binding *b = h->b;
   lua_State *L = luna__exec_state(b);
   int top = lua_gettop(L);
-  luna_ns now = luna_loop_time(loop, timer_clock[h->timer_kind]);
+  luna_ns now = luna_loop_time(loop, LUNA_CLOCK_OF_TIMER_KIND(h->timer_kind));
   int64_t due = (now - h->anchor) / h->interval;
   int64_t n = due - h->calls_due, before = h->calls_due;
   if (n < 1)
@@ -461,8 +457,6 @@ static double spread_fraction(uint64_t i) {
    together evenly over one interval (deterministically), so thousands of
    them do not land in the same frame. */
 static int l_every(lua_State *L) {
-  static const luna_timer_kind kinds[LUNA_CLOCK_COUNT] = {
-      LUNA_TIMER_SCALED, LUNA_TIMER_UNSCALED, LUNA_TIMER_REALTIME, LUNA_TIMER_FIXED};
   luna__binding *b = luna__check_binding(L);
   lua_Number seconds = luaL_checknumber(L, 1);
   luna_ns interval;
@@ -491,7 +485,7 @@ static int l_every(lua_State *L) {
   lua_settop(L, 2);
   now = luna_loop_time(b->loop, clock);
   h = new_handle(L, b, HANDLE_EVERY, timing);
-  h->timer_kind = (uint8_t)kinds[clock];
+  h->timer_kind = (uint8_t)LUNA_TIMER_KIND_OF_CLOCK(clock);
   h->interval = interval;
   h->anchor = now;
   if (spread)

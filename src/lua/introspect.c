@@ -12,8 +12,12 @@
 
 /* The clock of each timer kind, as t:info().clock and the task report
    name it (indexed by luna_timer_kind). */
-static const char *const timer_clocks[LUNA_TIMER_KIND_COUNT] = {"frame", "scaled", "unscaled",
-                                                                "realtime", "fixed"};
+static const char *const timer_clocks[LUNA_TIMER_KIND_COUNT] = {
+    [LUNA_TIMER_FRAME] = "frame",
+#define TIMER_CLOCK(name, value, text) [LUNA_TIMER_##name] = text,
+    LUNA_CLOCK_MAP(TIMER_CLOCK)
+#undef TIMER_CLOCK
+};
 
 const char *luna__wait_name(const luna__task *t) {
   static const char *const names[] = {NULL, "start", "yield", "timer",

@@ -18,51 +18,51 @@
 #include "loop_fixture.h"
 
 
-/* ---- case c11 -------------------------------------------------------------- */
+/* ---- a backlog beyond the node pool -------------------------------------- */
 
-/* case c11: a C worker thread posts 2000 callbacks to Update, more than the
-   inbox's node pool (1024) holds. A scheduler whose pool is a fixed ring drops
-   or overwrites the posts beyond its capacity, or reorders the ones that
-   spill into an overflow path. All 2000 must run at the next Update, in the
-   order posted, none lost. */
-#define C11_POSTS 2000
+/* A C worker thread posts 2000 callbacks to Update, more than the inbox's
+   node pool (1024) holds. A scheduler whose pool is a fixed ring drops or
+   overwrites the posts beyond its capacity, or reorders the ones that spill
+   into an overflow path. All 2000 must run at the next Update, in the order
+   posted, none lost. */
+#define WORKER_POSTS 2000
 
-static luna_loop *c11_loop;
+static luna_loop *worker_loop;
 
-static void *c11_worker(void *ud) {
+static void *post_from_worker(void *ud) {
   long i;
   (void)ud;
-  for (i = 0; i < C11_POSTS; i++)
-    if (luna_post(c11_loop, LUNA_UPDATE, log_fn, I2P(i)) != 0)
+  for (i = 0; i < WORKER_POSTS; i++)
+    if (luna_post(worker_loop, LUNA_UPDATE, log_fn, I2P(i)) != 0)
       return I2P(1);
   return NULL;
 }
 
-static void case_c11_post_2000_callbacks_from_worker(void **state) {
+static void a_worker_backlog_beyond_the_pool_runs_in_order_none_lost(void **state) {
   fixture *f = *state;
   pthread_t th;
   void *res;
   luna_loop_stats st;
   long i;
-  c11_loop = f->loop;
-  assert_int_equal(pthread_create(&th, NULL, c11_worker, NULL), 0);
+  worker_loop = f->loop;
+  assert_int_equal(pthread_create(&th, NULL, post_from_worker, NULL), 0);
   assert_int_equal(pthread_join(th, &res), 0);
   assert_null(res);
   ASSERT_LOG_EMPTY();
   assert_int_equal(luna_loop_run(f->loop, LUNA_UPDATE), 0);
-  assert_int_equal(g_log.n, C11_POSTS);
-  for (i = 0; i < C11_POSTS; i++)
+  assert_int_equal(g_log.n, WORKER_POSTS);
+  for (i = 0; i < WORKER_POSTS; i++)
     assert_int_equal(g_log.v[i], i);
   luna_loop_get_stats(f->loop, &st);
-  assert_int_equal(st.posts_allocated, C11_POSTS - 1024);
+  assert_int_equal(st.posts_allocated, WORKER_POSTS - 1024);
   assert_int_equal(st.queued[LUNA_UPDATE], 0);
   /* The pool was refilled: the next 1024 posts need no allocation. */
   for (i = 0; i < 1024; i++)
     luna_post(f->loop, LUNA_UPDATE, log_fn, I2P(i));
   luna_loop_get_stats(f->loop, &st);
-  assert_int_equal(st.posts_allocated, C11_POSTS - 1024);
+  assert_int_equal(st.posts_allocated, WORKER_POSTS - 1024);
   assert_int_equal(luna_loop_run(f->loop, LUNA_UPDATE), 0);
-  assert_int_equal(g_log.n, C11_POSTS + 1024);
+  assert_int_equal(g_log.n, WORKER_POSTS + 1024);
 }
 
 /* ---- single thread ---------------------------------------------------------- */
@@ -334,7 +334,7 @@ static void many_producers_keep_count_and_per_producer_order(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
-      T(case_c11_post_2000_callbacks_from_worker),
+      T(a_worker_backlog_beyond_the_pool_runs_in_order_none_lost),
       T(posts_run_at_the_next_run_of_their_timing_only),
       T(post_during_the_same_timing_waits_for_the_next_run),
       T(posts_join_the_queue_behind_earlier_continuations),

@@ -180,7 +180,13 @@ static void log_frame_in_fixed(luna_loop *loop, void *arg) {
   luna_enqueue(loop, LUNA_FIXED_UPDATE, log_frame_in_fixed, NULL);
 }
 
-static void case_c10_fixed_update_logs_three_times_a_frame(void **state) {
+/* FixedUpdate runs once per fixed step due, with the steps counted in
+   integer ns: 0.05 s frames at a 1/60 s step give 2 steps in the first
+   frame (50,000,000 < 3 * 16,666,667) and 3 in each after, as the
+   remainder builds up. A scheduler that ran FixedUpdate once per frame, or
+   accumulated seconds in floating point, logs other counts. A continuation
+   re-queued from FixedUpdate runs at the next fixed step, not the same one. */
+static void fixed_update_runs_once_per_fixed_step_due(void **state) {
   fixture *f = *state;
   int i;
   luna_loop_set_fixed_dt(f->loop, 16666667);
@@ -563,7 +569,7 @@ int main(void) {
       T(no_fixed_step_means_no_fixed_pair_and_no_fixed_hook),
       T(frame_rejects_a_bad_dt_and_does_not_begin_a_frame),
       T(fixed_steps_at_one_sixtieth_with_dt_0_05_are_2_then_3),
-      T(case_c10_fixed_update_logs_three_times_a_frame),
+      T(fixed_update_runs_once_per_fixed_step_due),
       T(fixed_steps_beyond_the_cap_are_dropped_and_counted),
       T(default_cap_is_eight_fixed_steps),
       T(time_scale_scales_the_accumulator_and_zero_stops_fixed_steps),

@@ -281,8 +281,10 @@ static void deadlines_clamp_to_ns_max_beyond_the_clocks_reach(void **state) {
   ASSERT_LOG(0);
 }
 
-/* case c09 at the C level: with time scale 0, scaled timers wait and
-   unscaled ones fire. dt 0.05: the unscaled +1 s timer fires at frame 20. */
+/* With time scale 0 (a paused game), scaled timers must wait while
+   unscaled ones still fire: a scheduler that measured every delay on one
+   clock either froze the unscaled timer or let the scaled one through. dt
+   0.05: the unscaled +1 s timer fires at frame 20, the scaled one never. */
 static void time_scale_zero_holds_scaled_timers_but_not_unscaled_ones(void **state) {
   fixture *f = *state;
   int i;

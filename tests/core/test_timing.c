@@ -100,7 +100,7 @@ static void seconds_to_ns_rounds_to_nearest(void **state) {
   assert_int_equal(luna_seconds_to_ns(0.1, &ns), 0);
   assert_int_equal(ns, 100000000);
   assert_int_equal(luna_seconds_to_ns(1.0 / 60.0, &ns), 0);
-  assert_int_equal(ns, 16666667); /* round(1e9 / 60): DESIGN section 6 */
+  assert_int_equal(ns, 16666667); /* round(1e9 / 60): the 60 Hz frame of --hz */
   assert_int_equal(luna_seconds_to_ns(1.0 / 50.0, &ns), 0);
   assert_int_equal(ns, 20000000);
   assert_int_equal(luna_seconds_to_ns(1.0 / 3.0, &ns), 0);
