@@ -16,8 +16,11 @@ static const char *const timer_clocks[LUNA_TIMER_KIND_COUNT] = {"frame", "scaled
                                                                 "realtime", "fixed"};
 
 const char *luna__wait_name(const luna__task *t) {
-  static const char *const names[] = {NULL, "start", "yield", "timer",
-                                      "predicate", "task", "external"};
+  static const char *const names[LUNA__WAIT_COUNT] = {
+#define WAIT_NAME(NAME, name) name,
+      LUNA__WAIT_MAP(WAIT_NAME)
+#undef WAIT_NAME
+  };
   if (LUNA__SETTLED(t) || t->state == LUNA__RUNNING)
     return NULL;
   if (t->state == LUNA__READY)

@@ -480,11 +480,7 @@ static hub *get_hub(lua_State *L, luna__binding *b) {
   }
   lua_pop(L, 1);
   open_metatable(L);
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "v");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
+  luna__new_weak_table(L, "v");
   lua_rawsetp(L, LUA_REGISTRYINDEX, &weak_key);
   h = (hub *)lua_newuserdatauv(L, sizeof *h, 0);
   memset(h, 0, sizeof *h);
