@@ -509,7 +509,7 @@ void luna__open_await(lua_State *L, luna__binding *b);
 void luna__open_compose(lua_State *L);
 
 /* ---- introspect.c: task.list, task.stats, t:info ------------------------ */
-void luna__open_introspect(lua_State *L);
+void luna__open_introspect(lua_State *L, luna__binding *b);
 int luna__l_info(lua_State *L);
 const char *luna__wait_name(const luna__task *t);
 /* Installs (or, with NULL, removes) the observer of L's binding. Returns
@@ -527,6 +527,6 @@ void luna__note_creation(lua_State *L);
    one call ahead of resuming it (luna__warm_task). */
 void luna__tune_loop(luna_loop *loop);
 void luna__remove_all_handles(luna__binding *b);
-void luna__open_callbacks(lua_State *L);
+void luna__open_callbacks(lua_State *L, luna__binding *b);
 
 #endif
