@@ -1,12 +1,17 @@
 /*
-** task.c: tasks and the one place that resumes their coroutines.
+** task.c: the task's lifecycle (creation, start, waking, settling,
+** cancellation) and the one place that resumes its coroutine. What keeps
+** tasks alive is anchors.c; their names and report labels are names.c.
 **
 ** Waking only queues a task on the ready ring (luna__wake); luna__resume is
 ** the one place that calls lua_resume, and luna__pump drains the ring from
 ** the outermost level, so a chain of tasks each awaiting the previous one
 ** settles in one loop, never in nested C calls. Spawn and cancel are the two
 ** deliberate exceptions: spawn runs the new task now until its first await,
-** and cancel returns after its target unwound, as the design requires.
+** and cancel returns after its target unwound (docs/api.md: task.cancel).
+**
+** Includes binding.h (through anchors.h) and the core's interface for the
+** binding.
 */
 #include <limits.h>
 #include <stdio.h>
@@ -314,9 +319,6 @@ static LUNA__NOINLINE void finish_ok(luna__binding *b, luna__task *t, int nres) 
   settle(b, t, LUNA__DONE);
 }
 
-/* The coroutine raised: keep the error value unchanged and its traceback,
-   close its to-be-closed variables (they see the error), then settle. An
-   error that nobody awaits is reported; cancellation never is. */
 /* luaL_traceback of the thread at index 1, for a protected call. */
 static int traceback_of(lua_State *L) {
   luaL_traceback(L, lua_tothread(L, 1), NULL, 0);
@@ -358,31 +360,20 @@ static int push_string(lua_State *L) {
   return 1;
 }
 
-static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int status) {
-  lua_State *L = luna__exec_state(b);
-  int top = lua_gettop(L);
-  bool cancelled;
-  int err, tb, task_idx;
-  char label[LUNA__LABEL_SIZE], what[LUNA__LABEL_SIZE + 32];
-
-  lua_checkstack(L, 8);
-  lua_pushvalue(t->co, -1);
-  lua_xmove(t->co, L, 1);
-  err = lua_gettop(L);
-  cancelled = luna__is_cancel_error(L, err);
+/* Pushes on L the traceback of t's error (the error itself is on top of
+   L), or nil: none for a cancellation, and none when memory ran out,
+   since what the task allocated is still on its stack and anything built
+   now would fail again, in the caller's context (that task is closed and
+   collected first). Building it allocates, so it runs protected. */
+static void push_error_traceback(luna__binding *b, luna__task *t, lua_State *L, int status,
+                                 bool cancelled) {
   if (status == LUA_ERRMEM) {
-    /* Out of memory (a mod past its cap, say): what the task allocated is
-       still on its stack, so anything built now would fail again, in the
-       caller's context. Close the task first and collect, then report
-       without a traceback. */
     luna__drop_interrupt_hook(t->co);
     close_in_task(b, t, L);
     lua_settop(t->co, 0);
     lua_gc(L, LUA_GCCOLLECT);
     lua_pushnil(L);
   } else if (!cancelled) {
-    /* Protected: building the traceback allocates, and must not raise in
-       the caller's context if memory is short. */
     lua_pushcfunction(L, traceback_of);
     lua_pushthread(t->co);
     lua_xmove(t->co, L, 1);
@@ -393,15 +384,15 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   } else {
     lua_pushnil(L);
   }
-  tb = lua_gettop(L);
-  luna__push_task(L, t);
-  task_idx = lua_gettop(L);
-  luna__task_label(L, t, task_idx, label, sizeof label);
+}
 
-  /* Runs the __close handlers with the error. One that raises replaces the
-     error in stock Lua; here the task keeps its first error (so awaiters
-     see what the task raised) and the handler's error is reported, not
-     lost. */
+/* Runs t's __close handlers with its error (at err of L), then empties its
+   stack. One that raises replaces the error in stock Lua; here the task
+   keeps its first error (so awaiters see what the task raised) and the
+   handler's error is reported, not lost. */
+static void close_with_error(luna__binding *b, luna__task *t, lua_State *L, int err,
+                             int task_idx, const char *label) {
+  char what[LUNA__LABEL_SIZE + 32];
   luna__drop_interrupt_hook(t->co);
   if (close_in_task(b, t, L) != LUA_OK && lua_gettop(t->co) > 0) {
     /* (lua_resetthread reports the original status even when the handlers
@@ -409,7 +400,7 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
     lua_pushvalue(t->co, -1);
     lua_xmove(t->co, L, 1);
     /* A cancellation (Ctrl-C in a handler, a handler cancelling its own
-       task) is not reported; the task ends cancelled, below. */
+       task) is not reported; the task ends cancelled (finish_error). */
     if (!lua_rawequal(L, -1, err) && !luna__is_cancel_error(L, -1)) {
       snprintf(what, sizeof what, "to-be-closed variable of task %s", label);
       luna__report(b, L, -1, 0, task_idx, what);
@@ -417,6 +408,29 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
     lua_pop(L, 1);
   }
   lua_settop(t->co, 0);
+}
+
+/* The coroutine raised: keep the error value unchanged and its traceback,
+   close its to-be-closed variables (they see the error), then settle. An
+   error that nobody awaits is reported; cancellation never is. */
+static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int status) {
+  lua_State *L = luna__exec_state(b);
+  int top = lua_gettop(L);
+  bool cancelled;
+  int err, tb, task_idx;
+  char label[LUNA__LABEL_SIZE];
+
+  lua_checkstack(L, 8);
+  lua_pushvalue(t->co, -1);
+  lua_xmove(t->co, L, 1);
+  err = lua_gettop(L);
+  cancelled = luna__is_cancel_error(L, err);
+  push_error_traceback(b, t, L, status, cancelled);
+  tb = lua_gettop(L);
+  luna__push_task(L, t);
+  task_idx = lua_gettop(L);
+  luna__task_label(L, t, task_idx, label, sizeof label);
+  close_with_error(b, t, L, err, task_idx, label);
 
   if (t->cancel_requested && !cancelled) {
     /* It raised something else while being cancelled: it still ends
@@ -590,8 +604,9 @@ static void count_resume(luna__binding *b) {
 /* Inlined into each of its few callers on purpose: a yield returns from
    lua_resume through a longjmp, which leaves the CPU's return-address
    predictor out of step, so every call level between the continuation and
-   lua_resume cost a mispredicted return (perf: the instructions after
-   these calls were the hottest of W1). Settling stays out of line. */
+   lua_resume costs a mispredicted return, and the instructions after such
+   calls are the hottest of a yield round trip. Settling stays out of
+   line. */
 static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int nargs) {
   lua_State *from = luna__exec_state(b), *outer_running;
   luna__outer outer;
@@ -602,8 +617,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
      (luna__yield_task) or the task's function: a coroutine closed behind
      the scheduler's back has lost them, and lua_resume would read below
      its stack. (With no values to pass, lua_resume refuses a closed
-     coroutine itself: see the error branch below. W1's yields pay
-     nothing here.) */
+     coroutine itself: see the error branch below. A plain yield, resumed
+     with no values, pays nothing here.) */
   if (nargs > 0 && lua_gettop(t->co) <= nargs) {
     driven_elsewhere(b, t);
     return;
@@ -649,8 +664,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
 }
 
 /* Resumes one drain of the ready ring makes before the rest waits for the
-   next run of the timing. Wake-ups are resumed in the same run (DESIGN's
-   same-run hand-off), so tasks that wake each other for ever (two tasks
+   next run of the timing. Wake-ups are resumed in the same run that woke
+   them, so tasks that wake each other for ever (two tasks
    passing values over a channel) would hold the frame for ever, each
    resume a run of its own, beyond any budget: this lets the frame end. A
    chain of 10,000 awaits still settles in one run. */
@@ -815,9 +830,10 @@ void luna__resume_cb(luna_loop *loop, void *arg) {
 /* The loop's warm function (luna__loop_set_warm) for the timers that
    resume a task: firing prefetched the task two calls ahead, so here, one
    call ahead, the task is in cache and its coroutine's lua_State (about
-   200 bytes, another allocation) is asked for. W2_steady of the benchmark
-   suite (10,000 tasks, each waking from task.delay in deadline order, a
-   random walk over memory): 268 -> 231 ns a round trip. */
+   200 bytes, another allocation) is asked for. Tasks waking from timers
+   in deadline order walk memory at random, so without it each wake-up
+   would wait for two cache misses in a row (the task, then its
+   coroutine's state). */
 void luna__warm_task(void *arg) {
   const char *co = (const char *)((const luna__task *)arg)->co;
   LUNA__PREFETCH(co);

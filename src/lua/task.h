@@ -72,7 +72,7 @@ struct luna__task {
   luna__binding *b;
   lua_State *co;      /* the coroutine; kept alive by user value 1 */
   uint32_t pending;   /* continuations and ready entries holding this task */
-  int ref;            /* its slot in the anchor table (task.c) while
+  int ref;            /* its slot in the anchor table (anchors.c) while
                          anchored; LUA_NOREF once released */
   uint8_t state;      /* luna__state */
   uint8_t wait;       /* luna__wait */
