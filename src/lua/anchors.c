@@ -48,17 +48,13 @@ void luna__anchors_grow(lua_State *L, luna__binding *b) {
 }
 
 luna__task *luna__walk_task(luna__binding *b, int slot) {
-  luna__task *t;
-  lua_rawgeti(b->anchor_L, 1, slot);
-  t = (luna__task *)lua_touserdata(b->anchor_L, -1);
-  lua_pop(b->anchor_L, 1);
-  return t;
+  return luna__anchored(b, slot);
 }
 
 /* ---- the heapsort ------------------------------------------------------- */
 
 static uint64_t slot_key(luna__binding *b, int slot) {
-  luna__task *t = luna__walk_task(b, slot);
+  luna__task *t = luna__anchored(b, slot);
   return t != NULL ? t->id : UINT64_MAX; /* empty slots last */
 }
 
@@ -68,9 +64,9 @@ static void slot_swap(luna__binding *b, int i, int j) {
   lua_rawgeti(b->anchor_L, 1, j);
   lua_rawseti(b->anchor_L, 1, i);
   lua_rawseti(b->anchor_L, 1, j);
-  if ((t = luna__walk_task(b, i)) != NULL)
+  if ((t = luna__anchored(b, i)) != NULL)
     t->ref = i;
-  if ((t = luna__walk_task(b, j)) != NULL)
+  if ((t = luna__anchored(b, j)) != NULL)
     t->ref = j;
 }
 
@@ -102,7 +98,7 @@ static void rebuild_free_slots(luna__binding *b) {
     return;
   b->free_slots.count = 0;
   for (i = b->nslots; i >= 1; i--)
-    if (luna__walk_task(b, i) == NULL)
+    if (luna__anchored(b, i) == NULL)
       b->free_slots.a[b->free_slots.count++] = i;
 }
 
@@ -149,7 +145,7 @@ void luna__end_walk(luna__binding *b) {
 luna__task *luna__thread_task(luna__binding *b, lua_State *co) {
   int slot;
   for (slot = 1; slot <= b->nslots; slot++) {
-    luna__task *t = luna__walk_task(b, slot);
+    luna__task *t = luna__anchored(b, slot);
     if (t != NULL && t->co == co)
       return t;
   }

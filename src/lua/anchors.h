@@ -52,4 +52,15 @@ static inline void luna__unanchor(luna__binding *b, int slot) {
     b->free_slots.a[b->free_slots.count++] = slot;
 }
 
+/* The task in slot `slot` of the anchor table, or NULL when it is empty:
+   luna__walk_task, inline for the walks of anchors.c and task.c (one per
+   live task when all of them are cancelled). */
+static inline luna__task *luna__anchored(luna__binding *b, int slot) {
+  luna__task *t;
+  lua_rawgeti(b->anchor_L, 1, slot);
+  t = (luna__task *)lua_touserdata(b->anchor_L, -1);
+  lua_pop(b->anchor_L, 1);
+  return t;
+}
+
 #endif

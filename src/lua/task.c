@@ -976,7 +976,7 @@ size_t luna__cancel_all(luna__binding *b) {
      cancelled too, in their own creation order. */
   luna__begin_walk(b);
   for (slot = 1; slot <= b->nslots; slot++) {
-    luna__task *t = luna__walk_task(b, slot);
+    luna__task *t = luna__anchored(b, slot);
     if (t == NULL || LUNA__SETTLED(t))
       continue;
     if (nested) {
@@ -1008,7 +1008,7 @@ void luna__abandon_all(luna__binding *b) {
   b->cancels.count = 0;
   b->cancels.head = 0;
   for (slot = 1; slot <= b->nslots; slot++) {
-    luna__task *t = luna__walk_task(b, slot);
+    luna__task *t = luna__anchored(b, slot);
     if (t == NULL || LUNA__SETTLED(t))
       continue;
     disarm(b, t);
