@@ -13,9 +13,7 @@
 ** Includes binding.h (through anchors.h) and the core's interface for the
 ** binding.
 */
-#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "anchors.h"
@@ -749,7 +747,10 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t = (luna__task *)lua_newuserdatauv(L, sizeof *t, 1);
   memset(t, 0, sizeof *t);
   t->ref = LUA_NOREF;
-  lua_pushvalue(b->anchor_L, 2); /* the Task metatable (luna__open_module) */
+  /* The Task metatable, kept at index 2 of the anchor thread by
+     luna__open_module: a stack read, where luaL_setmetatable would look it
+     up by name in the registry on every spawn. */
+  lua_pushvalue(b->anchor_L, 2);
   lua_xmove(b->anchor_L, L, 1);
   lua_setmetatable(L, -2);
   co = lua_newthread(L);
