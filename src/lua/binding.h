@@ -39,6 +39,7 @@
 #include <lua.h>
 
 #include "lunaloop.h"
+#include "task.h"
 
 #if defined(__GNUC__) || defined(__clang__)
 #define LUNA__ALWAYS_INLINE inline __attribute__((always_inline))
@@ -65,91 +66,6 @@
 typedef struct luna__binding luna__binding;
 typedef struct luna__task luna__task;
 typedef struct luna__handle luna__handle;
-
-/* Lifecycle of a task. PENDING: created by defer/spawn_at, not started. */
-typedef enum luna__state {
-  LUNA__PENDING,
-  LUNA__RUNNING,   /* being resumed (or resuming a task it spawned) */
-  LUNA__SUSPENDED, /* waiting (t->wait says on what) */
-  LUNA__READY,     /* woken, in the ready queue, values pushed on its stack */
-  LUNA__DONE,
-  LUNA__FAILED,
-  LUNA__CANCELLED
-} luna__state;
-
-#define LUNA__SETTLED(t) ((t)->state >= LUNA__DONE)
-
-/* What a suspended task waits on. */
-typedef enum luna__wait {
-  LUNA__W_NONE,
-  LUNA__W_START,     /* a deferred start continuation */
-  LUNA__W_YIELD,     /* a continuation queued for a timing */
-  LUNA__W_TIMER,     /* a delay or a frame wait */
-  LUNA__W_PREDICATE, /* wait_until / wait_while: a runner item */
-  LUNA__W_TASK,      /* another task settling */
-  LUNA__W_EXTERNAL   /* something woken through luna__wake (composition) */
-} luna__wait;
-
-/* 72 bytes on 64-bit targets, in the order a resume touches them: the
-   first 48 are all a yield round trip reads and writes. (At 64 bytes, the
-   userdata would be a 120-byte request, which glibc serves from its fast
-   bins, never merged with their neighbours: W3 of the benchmark suite,
-   where spawning and collecting tasks is mostly malloc and free, ran 10%
-   slower. The eight bytes keep the creation frame whole instead.) */
-struct luna__task {
-  luna__binding *b;
-  lua_State *co;      /* the coroutine; kept alive by user value 1 */
-  uint32_t pending;   /* continuations and ready entries holding this task */
-  int ref;            /* its slot in the anchor table (task.c) while
-                         anchored; LUA_NOREF once released */
-  uint8_t state;      /* luna__state */
-  uint8_t wait;       /* luna__wait */
-  uint8_t timing;     /* timing of the current wait */
-  uint8_t timer_kind : 3;        /* luna_timer_kind of the current timer wait */
-  uint8_t cancel_requested : 1;
-  uint8_t resume_error : 1;      /* the next resume raises the value on top of co */
-  uint8_t until : 1;             /* predicate wait: 1 for wait_until */
-  uint8_t interrupt : 1;         /* raise the cancellation error once at the next
-                                    await without cancelling the task (scope bodies) */
-  uint8_t has_deps : 1;          /* waiting in a combinator that declared what it
-                                    waits on (cycles.c) */
-  uint32_t dependents;  /* combinators' lists holding this task (cycles.c) */
-  /* What the current wait holds; a task waits on one thing at a time. */
-  union {
-    struct {
-      luna_timer_id id;
-      int64_t deadline; /* ns, or a frame number (introspection) */
-    } timer;            /* LUNA__W_TIMER */
-    luna_item_id item;  /* LUNA__W_PREDICATE */
-    struct {
-      luna__task *next; /* queued behind a full ready ring */
-      int nresume;      /* values pushed on co for the next resume */
-    } ready;            /* PENDING (the start's arguments) and READY: no wait */
-    struct {
-      luna__task *target; /* the task awaited */
-      luna__task *next;   /* the next of target's awaiters (a ring) */
-    } await;            /* LUNA__W_TASK */
-    uint32_t holders;   /* FAILED: awaiters woken with its error that have
-                           neither raised nor dropped it yet (task.c) */
-  } on;
-  luna__task *aw_head;  /* the last of the tasks awaiting this one: a ring
-                           through their on.await.next, in order from
-                           aw_head's next; most tasks are never awaited */
-  uint64_t id;        /* creation number, from 1 */
-  uint64_t created_frame; /* luna_loop_frame_count at creation */
-};
-
-#if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(luna__task) == 72, "a task is 72 bytes on 64-bit targets");
-#endif
-
-/* A first-in first-out ring of tasks that grows through the state's
-   allocator (the host's, or a mod's capped one), doubling: steady state
-   allocates nothing. The ready queue and the queued cancellations. */
-typedef struct luna__ring {
-  luna__task **a;
-  size_t head, count, cap;
-} luna__ring;
 
 /* A task.on or task.every handle: calls one Lua function, from a runner item
    (on) or from a timer that re-arms itself (every). */
@@ -512,136 +428,13 @@ lua_State *luna__push_coroutine(lua_State *L);
    after) and pushes it (module.c). */
 int luna__open_module(lua_State *L, luna__binding *b);
 
-/* ---- task.c ------------------------------------------------------------- */
-luna__task *luna__check_task(lua_State *L, int idx);
-luna__task *luna__test_task(lua_State *L, int idx);
-/* Creates a task from the function at fn_idx and the nargs values above it
-   (they stay on L), pushes the Task; the task is PENDING. */
-luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs);
-/* Starts a PENDING task now (spawn). */
-void luna__start(luna__binding *b, luna__task *t);
-/* Queues a PENDING task to start at the next run of `timing`. */
-int luna__start_at(luna__binding *b, luna__task *t, luna_timing timing);
-/* Wakes a suspended task: the nvalues values on top of L are moved to it
-   (raised at its await if is_error). It is resumed by the outermost pump. */
-void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool is_error);
-/* Makes a (suspending on task.await) the last awaiter of target. */
-void luna__link_awaiter(luna__task *a, luna__task *target);
-/* What the binding must have before any loop callback runs, since those run
-   outside every protected call (raises a memory error on L). Called once,
-   when the module opens: the ready ring's first room (the spill list behind
-   the ring, ready_push, is drained only through a ring that has room, so a
-   wake-up must never meet a ring that could not grow from nothing) and the
-   bare-yield error's text. */
-void luna__preallocate(lua_State *L, luna__binding *b);
-
 /* Pushes Lua's "not enough memory" message without allocating: the state
    made it at creation and never collects it (lstate.c, memerrmsg), and a
    short string that exists is found, not made. For the few places that
    must put an error value somewhere outside any protected call. */
 #define LUNA__PUSH_MEMERR(L) lua_pushliteral((L), "not enough memory")
-/* Frees a ring's array (the binding is closing). */
-void luna__ring_free(luna__binding *b, luna__ring *r);
-/* Resumes the ready queue if nothing else is resuming. */
-void luna__pump(luna__binding *b);
-/* Cancels t (returns after it unwound unless called during an unwinding). */
-void luna__cancel(luna__binding *b, luna__task *t);
-/* Raises the cancellation error in t once at its current or next await,
-   without cancelling t (used to stop a scope's body). */
-void luna__interrupt(luna__binding *b, luna__task *t);
-/* Cancels every live task in creation order. Returns how many. */
-size_t luna__cancel_all(luna__binding *b);
-/* The state is closing and its cancellations did not all run: every task
-   still unsettled is disarmed and settled as cancelled without being
-   resumed. Runs no Lua code, allocates nothing. */
-void luna__abandon_all(luna__binding *b);
 /* The error of work refused because the state is closing. */
 #define LUNA__CLOSING_MSG "lunaloop: the Lua state is closing (no new tasks or callbacks)"
-
-/* Walks the unsettled tasks in creation order, without a list of their own
-   (task.c): luna__begin_walk sorts the anchor table by id, in place (it
-   allocates nothing and cannot raise), and returns its slot count; slot s
-   holds luna__walk_task(b, s), NULL when empty (settled tasks may still
-   hold a slot: skip them). Until the matching luna__end_walk, tasks
-   created take slots after every other (read b->nslots again), so they
-   are walked too. Walks nest. */
-int luna__begin_walk(luna__binding *b);
-luna__task *luna__walk_task(luna__binding *b, int slot);
-void luna__end_walk(luna__binding *b);
-/* The continuation that drains the ready ring after a drain was cut short
-   (task.c); the binding purges it with its other continuations. */
-void luna__drain_cb(luna_loop *loop, void *arg);
-
-/* Await cycles (cycles.c). luna__awaits: true when `from` waits, directly
-   or through other tasks, on `goal`, so that goal waiting on from would
-   never end; O(1) when nothing waits on goal. luna__depend: the task at
-   task_idx, about to wait in a combinator, waits on the Tasks of the list
-   (a table, read again at each search) until luna__undepend;
-   luna__depend_one: a Task was added to that list since. */
-bool luna__awaits(lua_State *L, luna__task *from, luna__task *goal);
-/* The argument error of an await that would close a cycle (task.await,
-   and the combinators through internals.CYCLE). */
-#define LUNA__AWAIT_CYCLE_MSG "await cycle: that task is (indirectly) awaiting this one"
-void luna__depend(lua_State *L, int task_idx, int list_idx);
-void luna__depend_one(lua_State *L, int task_idx, int dep_idx);
-void luna__undepend(lua_State *L, int task_idx);
-
-/* Pushes the weak-keyed table registry[key] (per-task facts that few tasks
-   have: names, creation tracebacks, t:handled() marks), creating it the
-   first time. */
-void luna__push_side_table(lua_State *L, const void *key);
-/* Pushes the name of the task at idx (a string, or nil) and returns its
-   type; luna__set_name pops a string or nil and names the task at idx. */
-int luna__push_name(lua_State *L, int idx);
-void luna__set_name(lua_State *L, int idx);
-/* Writes the label of the task t (at task_idx of L) for reports into buf:
-   its name, or "<source>:<line>" of its function (kept after it failed),
-   or "#<id>" when neither is known. Allocates nothing in Lua (it runs
-   outside any protected call). */
-void luna__task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size);
-/* A queued continuation of t was dropped by the core (reset): forget it. */
-void luna__drop_continuation(luna__task *t);
-/* True when co is the coroutine of a task that has ended (it holds the
-   task's outcome and a mark on top). For any thread; two reads. */
-bool luna__ended_task_thread(lua_State *co);
-/* The unsettled task whose coroutine is co, or NULL: a walk over the
-   anchors (about 10 ns a live task), for the rare calls that name a task
-   by its coroutine (coroutine.close of a task's coroutine). */
-luna__task *luna__thread_task(luna__binding *b, lua_State *co);
-/* Frees the anchor table's free-slot array (the binding is closing). */
-void luna__anchors_free(luna__binding *b);
-/* Pushes the task's userdata while it is anchored (not settled, or still
-   held by a continuation); nil once released. */
-void luna__push_task(lua_State *L, luna__task *t);
-/* True when t has an outcome to read: it settled, or its cancellation is
-   queued behind one unwinding (it reads "cancelled" already, and its
-   outcome can only be the cancellation error). */
-bool luna__has_outcome(const luna__task *t);
-/* Pushes the outcome of a task with one (luna__has_outcome): true + values
-   when done, or false + error. Returns the count pushed. */
-int luna__push_result(lua_State *L, luna__task *t);
-const char *luna__status_name(const luna__task *t);
-int luna__open_task(lua_State *L, luna__binding *b);
-/* The continuation that resumes a task waiting on a timing (shared with
-   binding.c for purging). */
-void luna__resume_cb(luna_loop *loop, void *arg);
-void luna__start_cb(luna_loop *loop, void *arg);
-/* The callback of the timer of a delay or frame wait (arg: the task). */
-void luna__timer_cb(luna_loop *loop, void *arg);
-/* Prefetches the lua_State of the task `arg` (luna__loop_set_warm). */
-void luna__warm_task(void *arg);
-
-/* ---- taskobj.c: the Task's methods, failures handled later (t:handled()) -- */
-/* t:cancel(), task.cancel(t) (taskobj.c says what it does). */
-int luna__l_cancel(lua_State *L);
-/* The task at task_idx, which just failed with nobody awaiting it, was
-   marked by t:handled(): its failure is held (and true returned) instead
-   of reported. */
-bool luna__hold_failure(luna__binding *b, lua_State *L, int task_idx);
-/* The failure of t is being taken (task.await, t:result()): no longer held. */
-void luna__take_held(lua_State *L, luna__task *t);
-/* The run ends: reports the failures still held, in the order they happened. */
-void luna__report_held(luna__binding *b, lua_State *L);
 
 /* ---- await.c ------------------------------------------------------------ */
 /* The task calling an await when everything luna__check_await_in verifies
@@ -717,7 +510,7 @@ void luna__open_await(lua_State *L, luna__binding *b);
 void luna__open_compose(lua_State *L);
 
 /* ---- introspect.c: task.list, task.stats, t:info ------------------------ */
-void luna__open_introspect(lua_State *L);
+void luna__open_introspect(lua_State *L, luna__binding *b);
 int luna__l_info(lua_State *L);
 const char *luna__wait_name(const luna__task *t);
 /* Installs (or, with NULL, removes) the observer of L's binding. Returns
@@ -735,6 +528,6 @@ void luna__note_creation(lua_State *L);
    one call ahead of resuming it (luna__warm_task). */
 void luna__tune_loop(luna_loop *loop);
 void luna__remove_all_handles(luna__binding *b);
-void luna__open_callbacks(lua_State *L);
+void luna__open_callbacks(lua_State *L, luna__binding *b);
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "list.h"
 #include "lunaloop/extension.h"
 
 void luna__every_cb(luna_loop *loop, void *arg);
@@ -18,17 +19,6 @@ enum { HANDLE_ON = 0, HANDLE_EVERY = 1 };
 
 static luna__handle *check_handle(lua_State *L, int idx) {
   return (luna__handle *)luaL_checkudata(L, idx, LUNA__HANDLE_MT);
-}
-
-static void unlink_handle(luna__binding *b, luna__handle *h) {
-  if (h->prev != NULL)
-    h->prev->next = h->next;
-  else
-    b->handles = h->next;
-  if (h->next != NULL)
-    h->next->prev = h->prev;
-  h->prev = h->next = NULL;
-  b->nhandles--;
 }
 
 /* Drops the registry references: the handle's (what keeps it alive while
@@ -53,7 +43,8 @@ static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
     else
       luna_item_remove(b->loop, h->item);
   }
-  unlink_handle(b, h);
+  LUNA__LIST_UNLINK(&b->handles, (luna__handle **)NULL, h);
+  b->nhandles--;
   if (!h->calling)
     release(b, h);
 }
@@ -411,7 +402,7 @@ static int timing_or_options(lua_State *L, int idx, bool timing_ok, luna_timing 
    "high": first, and never deferred by task.set_budget), then in
    registration order. */
 static int l_on(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   luna_timing timing = LUNA_UPDATE;
   luna_item_options opts;
   luna__handle *h;
@@ -457,7 +448,7 @@ static double spread_fraction(uint64_t i) {
    together evenly over one interval (deterministically), so thousands of
    them do not land in the same frame. */
 static int l_every(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   lua_Number seconds = luaL_checknumber(L, 1);
   luna_ns interval;
   luna_timing timing = LUNA_UPDATE;
@@ -511,13 +502,15 @@ static const luaL_Reg handle_meta[] = {
 
 static const luaL_Reg callback_funcs[] = {{"on", l_on}, {"every", l_every}, {NULL, NULL}};
 
-/* Creates the Handle metatable and adds task.on to the table on top of L. */
-void luna__open_callbacks(lua_State *L) {
+/* Creates the Handle metatable and adds task.on and task.every to the
+   module table on top of L, with the binding b as their upvalue. */
+void luna__open_callbacks(lua_State *L, luna__binding *b) {
   luaL_newmetatable(L, LUNA__HANDLE_MT);
   luaL_setfuncs(L, handle_meta, 0);
   luna__protect_metatable(L);
   luaL_newlib(L, handle_methods);
   lua_setfield(L, -2, "__index");
   lua_pop(L, 1);
-  luaL_setfuncs(L, callback_funcs, 0);
+  lua_pushlightuserdata(L, b);
+  luaL_setfuncs(L, callback_funcs, 1);
 }

@@ -26,12 +26,7 @@ static const char deps_key = 'd';
 
 /* Pushes the registry's table of lists (waiting Task -> list of Tasks). */
 static void push_deps(lua_State *L) {
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &deps_key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &deps_key);
-  }
+  luna__push_registry_table(L, &deps_key, NULL);
 }
 
 /* Pushes on the search stack the tasks listed by p (a combinator waiting),

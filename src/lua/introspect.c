@@ -20,8 +20,11 @@ static const char *const timer_clocks[LUNA_TIMER_KIND_COUNT] = {
 };
 
 const char *luna__wait_name(const luna__task *t) {
-  static const char *const names[] = {NULL, "start", "yield", "timer",
-                                      "predicate", "task", "external"};
+  static const char *const names[LUNA__WAIT_COUNT] = {
+#define WAIT_NAME(NAME, name) name,
+      LUNA__WAIT_MAP(WAIT_NAME)
+#undef WAIT_NAME
+  };
   if (LUNA__SETTLED(t) || t->state == LUNA__RUNNING)
     return NULL;
   if (t->state == LUNA__READY)
@@ -347,7 +350,7 @@ int luna__l_info(lua_State *L) {
 /* task.list() -> {Task, ...}: the live tasks of this Lua state, in
    creation order. */
 static int l_list(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   lua_Integer i = 0;
   int slot, n;
   /* Sized first: nothing below allocates, so nothing raises mid-walk. */
@@ -374,7 +377,7 @@ static int l_list(lua_State *L) {
    runs of the timing and time the seconds spent in them while profiling
    was on (task.debug{profile = true}), both since the loop began. */
 static int l_stats(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   luna_loop_stats st;
   uint64_t frame = luna_loop_frame_count(b->loop);
   int i;
@@ -415,7 +418,7 @@ static int l_stats(lua_State *L) {
    in each timing (task.stats().timings[name].time; costs two clock reads per
    run of a timing). Both are off by default. */
 static int l_debug(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   if (!lua_isnoneornil(L, 1)) {
     static const char *const known[] = {"creation_traceback", "profile", NULL};
     bool trace, profile;
@@ -438,7 +441,9 @@ static int l_debug(lua_State *L) {
 static const luaL_Reg introspect_funcs[] = {
     {"list", l_list}, {"stats", l_stats}, {"debug", l_debug}, {NULL, NULL}};
 
-/* Adds task.list and task.stats to the module table on top of L. */
-void luna__open_introspect(lua_State *L) {
-  luaL_setfuncs(L, introspect_funcs, 0);
+/* Adds task.list, task.stats and task.debug to the module table on top of
+   L, with the binding b as their upvalue. */
+void luna__open_introspect(lua_State *L, luna__binding *b) {
+  lua_pushlightuserdata(L, b);
+  luaL_setfuncs(L, introspect_funcs, 1);
 }

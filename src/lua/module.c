@@ -341,8 +341,8 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   lua_pushlightuserdata(L, b);
   luaL_setfuncs(L, module_funcs, 1);
   luna__open_await(L, b);
-  luna__open_callbacks(L);
-  luna__open_introspect(L);
+  luna__open_callbacks(L, b);
+  luna__open_introspect(L, b);
   luna__open_compose(L);
   luna__guard_coroutines(L); /* a task's coroutine is the scheduler's alone */
   lua_createtable(L, LUNA_TIMING_COUNT, 0);

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "list.h"
 #include "lunaloop_lua.h"
 #include "promise.h"
 
@@ -203,18 +204,37 @@ struct hub {
 static const char hub_key = 'H';
 static const char weak_key = 'W';
 
-static void unlink_pending(luna__pud *pud) {
-  hub *h = pud->hub;
-  if (pud->prev != NULL)
-    pud->prev->next = pud->next;
-  else
-    h->first = pud->next;
-  if (pud->next != NULL)
-    pud->next->prev = pud->prev;
-  else
-    h->last = pud->prev;
-  pud->prev = pud->next = NULL;
+/* ---- checked accessors ------------------------------------------------------------ */
+
+bool luna__is_promise(lua_State *L, int idx) {
+  return luaL_testudata(L, idx, LUNA__PROMISE_MT) != NULL;
 }
+
+bool luna__promise_may_settle(lua_State *L, int idx) {
+  luna__pud *pud = (luna__pud *)luaL_testudata(L, idx, LUNA__PROMISE_MT);
+  if (pud == NULL)
+    return false;
+  if (pud->status != P_PENDING)
+    return true;
+  if (pud->p == NULL)
+    return false; /* given up: nothing will deliver */
+  /* Acquire, as the completers' releases: a completion claimed is seen
+     with its post, whose reference keeps the count above 1 until it is
+     delivered on this thread. */
+  return atomic_load_explicit(&pud->p->refs, memory_order_acquire) > 1 ||
+         (atomic_load_explicit(&pud->p->state, memory_order_acquire) & ST_COMPLETED) != 0;
+}
+
+static luna__pud *check_pud(lua_State *L, int idx) {
+  return (luna__pud *)luaL_checkudata(L, idx, LUNA__PROMISE_MT);
+}
+
+static const char *status_name(const luna__pud *pud) {
+  static const char *const names[] = {"pending", "done", "failed", "cancelled"};
+  return names[pud->status];
+}
+
+/* ---- settling ------------------------------------------------------------------ */
 
 /* Marks p given up (loop thread) and runs its cancel callback, once, if
    one is registered and no completion was claimed first. */
@@ -247,7 +267,7 @@ static void let_go(luna__pud *pud, bool tell_host) {
   luna_promise *p = pud->p;
   if (p == NULL)
     return;
-  unlink_pending(pud);
+  LUNA__LIST_UNLINK(&pud->hub->first, &pud->hub->last, pud);
   pud->p = NULL;
   p->ud = NULL;
   if (tell_host)
@@ -441,7 +461,16 @@ static void hub_event(luna_loop *loop, luna_event event, void *ud) {
     h->loop = NULL;
 }
 
-static void hub_detach(hub *h);
+/* Lets go of every pending Lua side and leaves the loop. Runs no Lua code
+   and allocates nothing. */
+static void hub_detach(hub *h) {
+  while (h->first != NULL)
+    let_go(h->first, true);
+  if (h->loop != NULL) {
+    luna_loop_remove_listener(h->loop, hub_event, h);
+    h->loop = NULL;
+  }
+}
 
 /* The state closes. Its Promises were finalized first (they are younger),
    so the list is normally empty already. */
@@ -454,17 +483,6 @@ void luna__promise_detach(lua_State *L) {
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hub_key) == LUA_TUSERDATA)
     hub_detach((hub *)lua_touserdata(L, -1));
   lua_pop(L, 1);
-}
-
-/* Lets go of every pending Lua side and leaves the loop. Runs no Lua code
-   and allocates nothing. */
-static void hub_detach(hub *h) {
-  while (h->first != NULL)
-    let_go(h->first, true);
-  if (h->loop != NULL) {
-    luna_loop_remove_listener(h->loop, hub_event, h);
-    h->loop = NULL;
-  }
 }
 
 static void open_metatable(lua_State *L);
@@ -480,11 +498,7 @@ static hub *get_hub(lua_State *L, luna__binding *b) {
   }
   lua_pop(L, 1);
   open_metatable(L);
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "v");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
+  luna__new_weak_table(L, "v");
   lua_rawsetp(L, LUA_REGISTRYINDEX, &weak_key);
   h = (hub *)lua_newuserdatauv(L, sizeof *h, 0);
   memset(h, 0, sizeof *h);
@@ -502,36 +516,6 @@ static hub *get_hub(lua_State *L, luna__binding *b) {
     return NULL;
   h->loop = b->loop;
   return h;
-}
-
-/* ---- checked accessors ------------------------------------------------------------ */
-
-bool luna__is_promise(lua_State *L, int idx) {
-  return luaL_testudata(L, idx, LUNA__PROMISE_MT) != NULL;
-}
-
-bool luna__promise_may_settle(lua_State *L, int idx) {
-  luna__pud *pud = (luna__pud *)luaL_testudata(L, idx, LUNA__PROMISE_MT);
-  if (pud == NULL)
-    return false;
-  if (pud->status != P_PENDING)
-    return true;
-  if (pud->p == NULL)
-    return false; /* given up: nothing will deliver */
-  /* Acquire, as the completers' releases: a completion claimed is seen
-     with its post, whose reference keeps the count above 1 until it is
-     delivered on this thread. */
-  return atomic_load_explicit(&pud->p->refs, memory_order_acquire) > 1 ||
-         (atomic_load_explicit(&pud->p->state, memory_order_acquire) & ST_COMPLETED) != 0;
-}
-
-static luna__pud *check_pud(lua_State *L, int idx) {
-  return (luna__pud *)luaL_checkudata(L, idx, LUNA__PROMISE_MT);
-}
-
-static const char *status_name(const luna__pud *pud) {
-  static const char *const names[] = {"pending", "done", "failed", "cancelled"};
-  return names[pud->status];
 }
 
 /* ---- awaiting ------------------------------------------------------------------------ */
@@ -688,22 +672,6 @@ static int l_gc(lua_State *L) {
   return 0;
 }
 
-static const luaL_Reg promise_methods[] = {
-    {"status", l_status}, {"result", l_result}, {"cancel", l_cancel}, {NULL, NULL}};
-
-static const luaL_Reg promise_meta[] = {
-    {"__close", l_cancel}, {"__tostring", l_tostring}, {"__gc", l_gc}, {NULL, NULL}};
-
-static void open_metatable(lua_State *L) {
-  if (luaL_newmetatable(L, LUNA__PROMISE_MT)) {
-    luaL_setfuncs(L, promise_meta, 0);
-    luna__protect_metatable(L);
-    luaL_newlib(L, promise_methods);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
-}
-
 /* ---- the C API ------------------------------------------------------------------------ */
 
 LUNA_API int luna_lua_promise_new(lua_State *L, luna_timing timing, luna_promise **out) {
@@ -828,4 +796,22 @@ LUNA_API int luna_promise_release(luna_promise *p) {
     return LUNA_EINVAL;
   release(p);
   return 0;
+}
+
+/* ---- the Promise metatable ------------------------------------------------------ */
+
+static const luaL_Reg promise_methods[] = {
+    {"status", l_status}, {"result", l_result}, {"cancel", l_cancel}, {NULL, NULL}};
+
+static const luaL_Reg promise_meta[] = {
+    {"__close", l_cancel}, {"__tostring", l_tostring}, {"__gc", l_gc}, {NULL, NULL}};
+
+static void open_metatable(lua_State *L) {
+  if (luaL_newmetatable(L, LUNA__PROMISE_MT)) {
+    luaL_setfuncs(L, promise_meta, 0);
+    luna__protect_metatable(L);
+    luaL_newlib(L, promise_methods);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
 }

@@ -1,18 +1,22 @@
 /*
-** task.c: tasks and the one place that resumes their coroutines.
+** task.c: the task's lifecycle (creation, start, waking, settling,
+** cancellation) and the one place that resumes its coroutine. What keeps
+** tasks alive is anchors.c; their names and report labels are names.c.
 **
 ** Waking only queues a task on the ready ring (luna__wake); luna__resume is
 ** the one place that calls lua_resume, and luna__pump drains the ring from
 ** the outermost level, so a chain of tasks each awaiting the previous one
 ** settles in one loop, never in nested C calls. Spawn and cancel are the two
 ** deliberate exceptions: spawn runs the new task now until its first await,
-** and cancel returns after its target unwound, as the design requires.
+** and cancel returns after its target unwound (docs/api.md: task.cancel).
+**
+** Includes binding.h (through anchors.h) and the core's interface for the
+** binding.
 */
-#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "anchors.h"
 #include "binding.h"
 #include "lunaloop/extension.h"
 
@@ -24,203 +28,6 @@ luna__task *luna__test_task(lua_State *L, int idx) {
 
 luna__task *luna__check_task(lua_State *L, int idx) {
   return (luna__task *)luaL_checkudata(L, idx, LUNA__TASK_MT);
-}
-
-/* ---- anchors ------------------------------------------------------------------ */
-
-/* An unsettled task is kept alive by its slot in the binding's anchor
-   table, which sits at index 1 of the binding's own thread b->anchor_L
-   (next to the Task metatable at index 2); the free slots are a C array.
-   luaL_ref/luaL_unref did the same through a free list kept in the
-   registry itself (five table accesses a spawn, three a release: 9% of
-   W3's instructions), and luaL_setmetatable looked the metatable up by
-   name; here each is a stack read and one table write. */
-
-/* Anchors the task userdata on top of L (left there) and returns its slot.
-   Raises a memory error on L, having changed nothing. */
-static int anchor(lua_State *L, luna__binding *b) {
-  int slot;
-  if (b->free_slots.count == 0 && b->free_slots.cap <= (size_t)b->nslots) {
-    /* Both grow to `cap`: the free slots, so that releasing never
-       allocates, and the anchor table, made anew with an array part of
-       that size, so that every slot stays in the array part however
-       sparse the table gets (Lua's own rehash could move a sparse table's
-       keys to its hash part): walks move tasks between slots, which then
-       never allocates. */
-    size_t cap = b->free_slots.cap ? b->free_slots.cap * 2 : 64;
-    void *ud;
-    lua_Alloc alloc = lua_getallocf(L, &ud);
-    int *a, i;
-    if (cap > (size_t)INT_MAX / 2)
-      luaL_error(L, "lunaloop: too many tasks");
-    luaL_checkstack(L, 3, NULL);
-    lua_createtable(L, (int)cap, 0);
-    a = (int *)alloc(ud, b->free_slots.a, b->free_slots.cap * sizeof *a, cap * sizeof *a);
-    if (a == NULL)
-      luaL_error(L, "lunaloop: out of memory");
-    b->free_slots.a = a;
-    b->free_slots.cap = cap;
-    lua_pushvalue(b->anchor_L, 1);
-    lua_xmove(b->anchor_L, L, 1);
-    for (i = 1; i <= b->nslots; i++) {
-      lua_rawgeti(L, -1, i);
-      lua_rawseti(L, -3, i);
-    }
-    lua_pop(L, 1);
-    lua_xmove(L, b->anchor_L, 1);
-    lua_replace(b->anchor_L, 1);
-  }
-  slot = b->free_slots.count > 0 ? b->free_slots.a[b->free_slots.count - 1] : b->nslots + 1;
-  lua_pushvalue(L, -1);
-  lua_xmove(L, b->anchor_L, 1);
-  lua_rawseti(b->anchor_L, 1, slot); /* within the array part: cannot raise */
-  if (b->free_slots.count > 0)
-    b->free_slots.count--;
-  else
-    b->nslots++;
-  return slot;
-}
-
-/* Releases a slot: never allocates, never raises (an existing key set to
-   nil, on the anchor thread). */
-static void unanchor(luna__binding *b, int slot) {
-  lua_pushnil(b->anchor_L);
-  lua_rawseti(b->anchor_L, 1, slot);
-  if (b->walks > 0)
-    b->slots_held = true; /* luna__end_walk gives it back */
-  else if (b->free_slots.a != NULL) /* NULL once the binding closed */
-    b->free_slots.a[b->free_slots.count++] = slot;
-}
-
-/* ---- walks in creation order -------------------------------------------------------- */
-
-/* Tasks keep no list of their own (two pointers a task, and settling a
-   sleeper in deadline order touched its two neighbours: two cache misses
-   at random). The anchor table already holds every unsettled task; a walk
-   in creation order (task.list, cancelling them all) first sorts it by id,
-   in place. Every slot is in the table's array part (anchor), so moving
-   values between slots allocates nothing and cannot raise. */
-
-luna__task *luna__walk_task(luna__binding *b, int slot) {
-  luna__task *t;
-  lua_rawgeti(b->anchor_L, 1, slot);
-  t = (luna__task *)lua_touserdata(b->anchor_L, -1);
-  lua_pop(b->anchor_L, 1);
-  return t;
-}
-
-static uint64_t slot_key(luna__binding *b, int slot) {
-  luna__task *t = luna__walk_task(b, slot);
-  return t != NULL ? t->id : UINT64_MAX; /* empty slots last */
-}
-
-static void slot_swap(luna__binding *b, int i, int j) {
-  luna__task *t;
-  lua_rawgeti(b->anchor_L, 1, i);
-  lua_rawgeti(b->anchor_L, 1, j);
-  lua_rawseti(b->anchor_L, 1, i);
-  lua_rawseti(b->anchor_L, 1, j);
-  if ((t = luna__walk_task(b, i)) != NULL)
-    t->ref = i;
-  if ((t = luna__walk_task(b, j)) != NULL)
-    t->ref = j;
-}
-
-static void sift_down(luna__binding *b, int root, int n) {
-  for (;;) {
-    int child = 2 * root, max = root;
-    uint64_t kmax = slot_key(b, root);
-    if (child <= n) {
-      uint64_t k = slot_key(b, child);
-      if (k > kmax) {
-        max = child;
-        kmax = k;
-      }
-    }
-    if (child + 1 <= n && slot_key(b, child + 1) > kmax)
-      max = child + 1;
-    if (max == root)
-      return;
-    slot_swap(b, root, max);
-    root = max;
-  }
-}
-
-/* Makes the free slots the empty ones, lowest given out first (never
-   allocates: cap >= nslots, see anchor). */
-static void rebuild_free_slots(luna__binding *b) {
-  int i;
-  if (b->free_slots.a == NULL) /* the binding closed */
-    return;
-  b->free_slots.count = 0;
-  for (i = b->nslots; i >= 1; i--)
-    if (luna__walk_task(b, i) == NULL)
-      b->free_slots.a[b->free_slots.count++] = i;
-}
-
-/* Sorts the anchors by id (heapsort: no memory), unless they are in order
-   already; the empty slots, all at the end now, are then given out in
-   ascending order: tasks created next take slots after every other. */
-static void sort_anchors(luna__binding *b) {
-  int n = b->nslots, i;
-  uint64_t prev = 0;
-  bool sorted = true;
-  for (i = 1; i <= n && sorted; i++) {
-    uint64_t k = slot_key(b, i);
-    sorted = k >= prev;
-    prev = k;
-  }
-  if (!sorted) {
-    for (i = n / 2; i >= 1; i--)
-      sift_down(b, i, n);
-    for (i = n; i > 1; i--) {
-      slot_swap(b, 1, i);
-      sift_down(b, 1, i - 1);
-    }
-  }
-  rebuild_free_slots(b);
-}
-
-int luna__begin_walk(luna__binding *b) {
-  if (b->walks++ == 0) {
-    sort_anchors(b);
-    b->slots_held = false;
-  }
-  return b->nslots;
-}
-
-void luna__end_walk(luna__binding *b) {
-  if (--b->walks > 0 || !b->slots_held)
-    return;
-  rebuild_free_slots(b); /* gives back the slots released during the walk */
-  b->slots_held = false;
-}
-
-luna__task *luna__thread_task(luna__binding *b, lua_State *co) {
-  int slot;
-  for (slot = 1; slot <= b->nslots; slot++) {
-    luna__task *t = luna__walk_task(b, slot);
-    if (t != NULL && t->co == co)
-      return t;
-  }
-  return NULL;
-}
-
-void luna__anchors_free(luna__binding *b) {
-  void *ud;
-  lua_Alloc alloc = lua_getallocf(b->L, &ud);
-  if (b->free_slots.a != NULL)
-    alloc(ud, b->free_slots.a, b->free_slots.cap * sizeof *b->free_slots.a, 0);
-  memset(&b->free_slots, 0, sizeof b->free_slots);
-}
-
-void luna__push_task(lua_State *L, luna__task *t) {
-  if (t->ref == LUA_NOREF) {
-    lua_pushnil(L);
-    return;
-  }
-  lua_rawgeti(t->b->anchor_L, 1, t->ref);
-  lua_xmove(t->b->anchor_L, L, 1);
 }
 
 const char *luna__status_name(const luna__task *t) {
@@ -240,45 +47,6 @@ const char *luna__status_name(const luna__task *t) {
   }
 }
 
-/* ---- names --------------------------------------------------------------- */
-
-/* Names are rare, so they live in a weak-keyed side table rather than in a
-   user value that every task would pay for. */
-static const char names_key = 'n';
-
-int luna__push_name(lua_State *L, int idx) {
-  int type;
-  idx = lua_absindex(L, idx);
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &names_key) != LUA_TTABLE)
-    return LUA_TNIL; /* the nil pushed is the answer */
-  lua_pushvalue(L, idx);
-  type = lua_rawget(L, -2);
-  lua_remove(L, -2);
-  return type;
-}
-
-void luna__push_side_table(lua_State *L, const void *key) {
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE)
-    return;
-  lua_pop(L, 1);
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "k");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, key);
-}
-
-void luna__set_name(lua_State *L, int idx) {
-  idx = lua_absindex(L, idx);
-  luna__push_side_table(L, &names_key);
-  lua_pushvalue(L, idx);
-  lua_pushvalue(L, -3);
-  lua_rawset(L, -3);
-  lua_pop(L, 2);
-}
-
 /* ---- bookkeeping ------------------------------------------------------------ */
 
 /* Drops the binding's reference once nothing can reach the task any more:
@@ -286,7 +54,7 @@ void luna__set_name(lua_State *L, int idx) {
 static void maybe_release(luna__binding *b, luna__task *t) {
   if (!LUNA__SETTLED(t) || t->pending != 0 || t->ref == LUA_NOREF)
     return;
-  unanchor(b, t->ref);
+  luna__unanchor(b, t->ref);
   t->ref = LUA_NOREF;
 }
 
@@ -490,29 +258,6 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
   }
 }
 
-void luna__task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size) {
-  lua_Debug ar;
-  int level = 0;
-  luna__push_name(L, task_idx);
-  if (lua_type(L, -1) == LUA_TSTRING) {
-    snprintf(buf, size, "%s", lua_tostring(L, -1));
-    lua_pop(L, 1);
-    return;
-  }
-  lua_pop(L, 1);
-  if (t->state == LUNA__FAILED && lua_type(t->co, 3) == LUA_TSTRING) {
-    snprintf(buf, size, "%s", lua_tostring(t->co, 3)); /* kept by finish_error: */
-    return;                                            /* the function is gone */
-  }
-  while (lua_getstack(t->co, level + 1, &ar))
-    level++;
-  if (lua_getstack(t->co, level, &ar) && lua_getinfo(t->co, "S", &ar) &&
-      ar.linedefined > 0)
-    snprintf(buf, size, "%s:%d", ar.short_src, ar.linedefined);
-  else
-    snprintf(buf, size, "#%llu", (unsigned long long)t->id);
-}
-
 /* t is READY and about to lose its wake-up (it is cancelled or interrupted
    before it resumed). Pops the values it was woken with. When they carry
    the failure of a task it awaited and every other awaiter woken with it
@@ -535,14 +280,11 @@ static bool take_failure(luna__task *t, lua_State *L) {
 static void report_failure(luna__binding *b, lua_State *L) {
   luna__task *failed = luna__test_task(L, -2);
   int top = lua_gettop(L);
-  char label[512], what[600]; /* as finish_error's */
   lua_checkstack(L, 3);
   lua_pushvalue(failed->co, 2); /* the traceback: FAILED keeps [error, traceback] */
   lua_xmove(failed->co, L, 1);
-  luna__task_label(L, failed, top - 1, label, sizeof label);
-  snprintf(what, sizeof what, "task %s", label);
   if (!luna__hold_failure(b, L, top - 1)) /* marked t:handled(): held instead */
-    luna__report(b, L, top, top + 1, top - 1, what);
+    luna__report_task(b, L, top, top + 1, top - 1, NULL);
   lua_settop(L, top - 2);
 }
 
@@ -575,9 +317,6 @@ static LUNA__NOINLINE void finish_ok(luna__binding *b, luna__task *t, int nres) 
   settle(b, t, LUNA__DONE);
 }
 
-/* The coroutine raised: keep the error value unchanged and its traceback,
-   close its to-be-closed variables (they see the error), then settle. An
-   error that nobody awaits is reported; cancellation never is. */
 /* luaL_traceback of the thread at index 1, for a protected call. */
 static int traceback_of(lua_State *L) {
   luaL_traceback(L, lua_tothread(L, 1), NULL, 0);
@@ -619,31 +358,20 @@ static int push_string(lua_State *L) {
   return 1;
 }
 
-static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int status) {
-  lua_State *L = luna__exec_state(b);
-  int top = lua_gettop(L);
-  bool cancelled;
-  int err, tb, task_idx;
-  char label[512], what[600]; /* a name longer than 511 bytes is cut */
-
-  lua_checkstack(L, 8);
-  lua_pushvalue(t->co, -1);
-  lua_xmove(t->co, L, 1);
-  err = lua_gettop(L);
-  cancelled = luna__is_cancel_error(L, err);
+/* Pushes on L the traceback of t's error (the error itself is on top of
+   L), or nil: none for a cancellation, and none when memory ran out,
+   since what the task allocated is still on its stack and anything built
+   now would fail again, in the caller's context (that task is closed and
+   collected first). Building it allocates, so it runs protected. */
+static void push_error_traceback(luna__binding *b, luna__task *t, lua_State *L, int status,
+                                 bool cancelled) {
   if (status == LUA_ERRMEM) {
-    /* Out of memory (a mod past its cap, say): what the task allocated is
-       still on its stack, so anything built now would fail again, in the
-       caller's context. Close the task first and collect, then report
-       without a traceback. */
     luna__drop_interrupt_hook(t->co);
     close_in_task(b, t, L);
     lua_settop(t->co, 0);
     lua_gc(L, LUA_GCCOLLECT);
     lua_pushnil(L);
   } else if (!cancelled) {
-    /* Protected: building the traceback allocates, and must not raise in
-       the caller's context if memory is short. */
     lua_pushcfunction(L, traceback_of);
     lua_pushthread(t->co);
     lua_xmove(t->co, L, 1);
@@ -654,15 +382,15 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   } else {
     lua_pushnil(L);
   }
-  tb = lua_gettop(L);
-  luna__push_task(L, t);
-  task_idx = lua_gettop(L);
-  luna__task_label(L, t, task_idx, label, sizeof label);
+}
 
-  /* Runs the __close handlers with the error. One that raises replaces the
-     error in stock Lua; here the task keeps its first error (so awaiters
-     see what the task raised) and the handler's error is reported, not
-     lost. */
+/* Runs t's __close handlers with its error (at err of L), then empties its
+   stack. One that raises replaces the error in stock Lua; here the task
+   keeps its first error (so awaiters see what the task raised) and the
+   handler's error is reported, not lost. */
+static void close_with_error(luna__binding *b, luna__task *t, lua_State *L, int err,
+                             int task_idx, const char *label) {
+  char what[LUNA__LABEL_SIZE + 32];
   luna__drop_interrupt_hook(t->co);
   if (close_in_task(b, t, L) != LUA_OK && lua_gettop(t->co) > 0) {
     /* (lua_resetthread reports the original status even when the handlers
@@ -670,7 +398,7 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
     lua_pushvalue(t->co, -1);
     lua_xmove(t->co, L, 1);
     /* A cancellation (Ctrl-C in a handler, a handler cancelling its own
-       task) is not reported; the task ends cancelled, below. */
+       task) is not reported; the task ends cancelled (finish_error). */
     if (!lua_rawequal(L, -1, err) && !luna__is_cancel_error(L, -1)) {
       snprintf(what, sizeof what, "to-be-closed variable of task %s", label);
       luna__report(b, L, -1, 0, task_idx, what);
@@ -678,12 +406,34 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
     lua_pop(L, 1);
   }
   lua_settop(t->co, 0);
+}
+
+/* The coroutine raised: keep the error value unchanged and its traceback,
+   close its to-be-closed variables (they see the error), then settle. An
+   error that nobody awaits is reported; cancellation never is. */
+static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int status) {
+  lua_State *L = luna__exec_state(b);
+  int top = lua_gettop(L);
+  bool cancelled;
+  int err, tb, task_idx;
+  char label[LUNA__LABEL_SIZE];
+
+  lua_checkstack(L, 8);
+  lua_pushvalue(t->co, -1);
+  lua_xmove(t->co, L, 1);
+  err = lua_gettop(L);
+  cancelled = luna__is_cancel_error(L, err);
+  push_error_traceback(b, t, L, status, cancelled);
+  tb = lua_gettop(L);
+  luna__push_task(L, t);
+  task_idx = lua_gettop(L);
+  luna__task_label(L, t, task_idx, label, sizeof label);
+  close_with_error(b, t, L, err, task_idx, label);
 
   if (t->cancel_requested && !cancelled) {
     /* It raised something else while being cancelled: it still ends
        cancelled, and that error is not lost. */
-    snprintf(what, sizeof what, "task %s", label);
-    luna__report(b, L, err, tb, task_idx, what);
+    luna__report_task(b, L, err, tb, task_idx, label);
     cancelled = true;
   }
   if (cancelled) {
@@ -708,10 +458,8 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
        take_failure). */
     bool awaited = t->aw_head != NULL;
     settle(b, t, LUNA__FAILED);
-    if (!awaited && !luna__hold_failure(b, L, task_idx)) {
-      snprintf(what, sizeof what, "task %s", label);
-      luna__report(b, L, err, tb, task_idx, what);
-    }
+    if (!awaited && !luna__hold_failure(b, L, task_idx))
+      luna__report_task(b, L, err, tb, task_idx, label);
   }
   lua_settop(L, top);
 }
@@ -854,8 +602,9 @@ static void count_resume(luna__binding *b) {
 /* Inlined into each of its few callers on purpose: a yield returns from
    lua_resume through a longjmp, which leaves the CPU's return-address
    predictor out of step, so every call level between the continuation and
-   lua_resume cost a mispredicted return (perf: the instructions after
-   these calls were the hottest of W1). Settling stays out of line. */
+   lua_resume costs a mispredicted return, and the instructions after such
+   calls are the hottest of a yield round trip. Settling stays out of
+   line. */
 static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int nargs) {
   lua_State *from = luna__exec_state(b), *outer_running;
   luna__outer outer;
@@ -866,8 +615,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
      (luna__yield_task) or the task's function: a coroutine closed behind
      the scheduler's back has lost them, and lua_resume would read below
      its stack. (With no values to pass, lua_resume refuses a closed
-     coroutine itself: see the error branch below. W1's yields pay
-     nothing here.) */
+     coroutine itself: see the error branch below. A plain yield, resumed
+     with no values, pays nothing here.) */
   if (nargs > 0 && lua_gettop(t->co) <= nargs) {
     driven_elsewhere(b, t);
     return;
@@ -913,8 +662,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
 }
 
 /* Resumes one drain of the ready ring makes before the rest waits for the
-   next run of the timing. Wake-ups are resumed in the same run (DESIGN's
-   same-run hand-off), so tasks that wake each other for ever (two tasks
+   next run of the timing. Wake-ups are resumed in the same run that woke
+   them, so tasks that wake each other for ever (two tasks
    passing values over a channel) would hold the frame for ever, each
    resume a run of its own, beyond any budget: this lets the frame end. A
    chain of 10,000 awaits still settles in one run. */
@@ -998,7 +747,10 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t = (luna__task *)lua_newuserdatauv(L, sizeof *t, 1);
   memset(t, 0, sizeof *t);
   t->ref = LUA_NOREF;
-  lua_pushvalue(b->anchor_L, 2); /* the Task metatable (luna__open_module) */
+  /* The Task metatable, kept at index 2 of the anchor thread by
+     luna__open_module: a stack read, where luaL_setmetatable would look it
+     up by name in the registry on every spawn. */
+  lua_pushvalue(b->anchor_L, 2);
   lua_xmove(b->anchor_L, L, 1);
   lua_setmetatable(L, -2);
   co = lua_newthread(L);
@@ -1016,7 +768,7 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t->on.ready.nresume = nargs;
   t->id = ++b->next_id;
   t->created_frame = luna__loop_frame(b->loop);
-  t->ref = anchor(L, b);
+  t->ref = luna__anchor(L, b);
   b->ntasks++;
   if (b->creation_traceback)
     luna__note_creation(L);
@@ -1079,9 +831,10 @@ void luna__resume_cb(luna_loop *loop, void *arg) {
 /* The loop's warm function (luna__loop_set_warm) for the timers that
    resume a task: firing prefetched the task two calls ahead, so here, one
    call ahead, the task is in cache and its coroutine's lua_State (about
-   200 bytes, another allocation) is asked for. W2_steady of the benchmark
-   suite (10,000 tasks, each waking from task.delay in deadline order, a
-   random walk over memory): 268 -> 231 ns a round trip. */
+   200 bytes, another allocation) is asked for. Tasks waking from timers
+   in deadline order walk memory at random, so without it each wake-up
+   would wait for two cache misses in a row (the task, then its
+   coroutine's state). */
 void luna__warm_task(void *arg) {
   const char *co = (const char *)((const luna__task *)arg)->co;
   LUNA__PREFETCH(co);
@@ -1224,7 +977,7 @@ size_t luna__cancel_all(luna__binding *b) {
      cancelled too, in their own creation order. */
   luna__begin_walk(b);
   for (slot = 1; slot <= b->nslots; slot++) {
-    luna__task *t = luna__walk_task(b, slot);
+    luna__task *t = luna__anchored(b, slot);
     if (t == NULL || LUNA__SETTLED(t))
       continue;
     if (nested) {
@@ -1256,7 +1009,7 @@ void luna__abandon_all(luna__binding *b) {
   b->cancels.count = 0;
   b->cancels.head = 0;
   for (slot = 1; slot <= b->nslots; slot++) {
-    luna__task *t = luna__walk_task(b, slot);
+    luna__task *t = luna__anchored(b, slot);
     if (t == NULL || LUNA__SETTLED(t))
       continue;
     disarm(b, t);

@@ -3,7 +3,6 @@
 ** t:traceback(), t:cancel(), t:await(), t.name, t.id, tostring(t) and
 ** `<close>`.
 */
-#include <stdio.h>
 #include <string.h>
 
 #include "binding.h"
@@ -87,12 +86,7 @@ static int l_handled(lua_State *L) {
 /* (task) -> nothing: appends the Task to the held ones, in protected mode
    (it allocates, and finish_error runs outside any protected call). */
 static int hold_protected(lua_State *L) {
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &held_key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &held_key);
-  }
+  luna__push_registry_table(L, &held_key, NULL);
   lua_pushvalue(L, 1);
   lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
   return 0;
@@ -153,7 +147,6 @@ void luna__report_held(luna__binding *b, lua_State *L) {
   n = (lua_Integer)lua_rawlen(L, top + 1);
   for (i = 1; i <= n; i++) {
     luna__task *t;
-    char label[512], what[600];
     if (lua_rawgeti(L, top + 1, i) != LUA_TUSERDATA) {
       lua_settop(L, top + 1);
       continue;
@@ -162,9 +155,7 @@ void luna__report_held(luna__binding *b, lua_State *L) {
     lua_pushvalue(t->co, 1); /* [error, traceback, label] of a failed task */
     lua_pushvalue(t->co, 2);
     lua_xmove(t->co, L, 2);
-    luna__task_label(L, t, top + 2, label, sizeof label);
-    snprintf(what, sizeof what, "task %s", label);
-    luna__report(b, L, top + 3, top + 4, top + 2, what);
+    luna__report_task(b, L, top + 3, top + 4, top + 2, NULL);
     lua_settop(L, top + 1);
   }
   lua_settop(L, top);
