@@ -21,18 +21,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* lua.h has no C++ guards of its own (lua.hpp adds them): include it with C
-   linkage, so that a C++ host links against the C Lua library. */
-#ifdef __cplusplus
-extern "C" {
-#endif
-#include <lua.h>
-#ifdef __cplusplus
-}
-#endif
-
 #include "lunaloop.h"
-#include "lunaloop/promise.h" /* promises completed by the host's threads */
+/* Promises completed by the host's threads. It also includes lua.h, which
+   has no C++ guards of its own, with C linkage, so that a C++ host links
+   against the C Lua library. */
+#include "lunaloop/promise.h"
 
 LUNA_BEGIN_DECLS
 

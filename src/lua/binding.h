@@ -12,7 +12,7 @@
 ** the registry. A task is a full userdata (luna__task) whose one user value
 ** is its coroutine; its name, rarely set, lives in a weak-keyed side table.
 ** While a task is not settled, the binding holds it in its anchor table
-** (task.c), so the garbage collector never frees a task that something may
+** (anchors.c), so the garbage collector never frees a task that something may
 ** still wake.
 **
 ** Invariants that everything here relies on:
@@ -87,7 +87,7 @@ struct luna__handle {
   luna__handle *prev, *next; /* registered handles */
 };
 
-/* ---- observers (introspect.c installs them, observer.c adapts them) ---- */
+/* ---- observers (observer.c installs them and adapts the public one) ---- */
 /* Observers: tracing and mod budgets watch the binding through these.
    on_thread runs when a task's coroutine is created (before it first
    runs); on_resume runs right before (begin = true) and after every resume
@@ -146,7 +146,7 @@ struct luna__binding {
                             begin_close): new work is refused */
   size_t ntasks;         /* live (unsettled) tasks */
   uint64_t next_id;
-  /* what keeps unsettled tasks alive (task.c) */
+  /* what keeps unsettled tasks alive (anchors.c) */
   lua_State *anchor_L;   /* [1] the anchor table, [2] the Task metatable;
                             user value 1 of the binding's userdata */
   struct {
@@ -155,7 +155,7 @@ struct luna__binding {
   } free_slots;          /* free slots of the anchor table */
   int nslots;            /* slots of the anchor table made so far */
   int walks;             /* walks of the anchors in creation order under way
-                            (task.c): released slots wait until they end */
+                            (anchors.c): released slots wait until they end */
   bool slots_held;       /* slots were released during a walk */
   struct {
     lua_State *L;        /* the thread it runs on */
@@ -513,13 +513,15 @@ void luna__open_compose(lua_State *L);
 void luna__open_introspect(lua_State *L, luna__binding *b);
 int luna__l_info(lua_State *L);
 const char *luna__wait_name(const luna__task *t);
-/* Installs (or, with NULL, removes) the observer of L's binding. Returns
-   false when L has no binding. */
-bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer);
 /* Keeps a traceback of the code that is creating the Task on top of L (the
    calling thread), for t:info().traceback. Called by luna__new_task only
    while b->creation_traceback is on. */
 void luna__note_creation(lua_State *L);
+
+/* ---- observer.c --------------------------------------------------------- */
+/* Installs (or, with NULL, removes) the observer of slot `slot` of L's
+   binding. Returns false when L has no binding. */
+bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer);
 
 /* ---- callbacks.c -------------------------------------------------------- */
 /* Sets the loop up for the binding, the same for every binding of a loop

@@ -124,11 +124,8 @@ static int l_report(lua_State *L) {
     luna__report(b, L, 1, lua_isnil(L, 2) ? 0 : 2, 0, "promise");
     return 0;
   }
-  luna__task *t = luna__check_task(L, 3);
-  char label[512];
-  luna__task_label(L, t, 3, label, sizeof label);
-  lua_pushfstring(L, "task %s", label);
-  luna__report(b, L, 1, lua_isnil(L, 2) ? 0 : 2, 3, lua_tostring(L, -1));
+  luna__check_task(L, 3);
+  luna__report_task(b, L, 1, lua_isnil(L, 2) ? 0 : 2, 3, NULL);
   return 0;
 }
 

@@ -32,21 +32,6 @@ const char *luna__wait_name(const luna__task *t) {
   return names[t->wait];
 }
 
-bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer) {
-  luna__binding *b = luna__get_binding(L);
-  static const luna__observer none = {NULL, NULL, NULL, NULL};
-  if (b == NULL)
-    return false;
-  int i;
-  b->observers[slot] = observer != NULL ? *observer : none;
-  b->observed = false;
-  for (i = 0; i < LUNA__OBSERVERS; i++)
-    if (b->observers[i].on_thread != NULL || b->observers[i].on_resume != NULL ||
-        b->observers[i].on_call != NULL)
-      b->observed = true;
-  return true;
-}
-
 /* Registry key of the weak-keyed table task -> creation traceback. */
 static const char tracebacks_key = 0;
 

@@ -1,6 +1,7 @@
 /*
-** observer.c: the public observer API (luna_lua_set_observer) over the
-** binding's internal hooks (luna__observer in binding.h). The public
+** observer.c: the binding's observer slots (luna__set_observer, one flag
+** for the hot path to test) and the public observer API
+** (luna_lua_set_observer) over them (luna__observer in binding.h). The public
 ** callbacks get a luna_lua_task_event instead of the private task struct.
 ** The adapter lives in a userdata anchored in the registry, so it is freed
 ** with the state; the internal hook stays one NULL check per resume when no
@@ -15,6 +16,23 @@ static const char adapter_key = 0;
 typedef struct adapter {
   luna_lua_observer pub;
 } adapter;
+
+/* The binding's observer slots (mod budgets and the public observer):
+   installing recomputes the one flag the hot path tests. */
+bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer) {
+  luna__binding *b = luna__get_binding(L);
+  static const luna__observer none = {NULL, NULL, NULL, NULL};
+  int i;
+  if (b == NULL)
+    return false;
+  b->observers[slot] = observer != NULL ? *observer : none;
+  b->observed = false;
+  for (i = 0; i < LUNA__OBSERVERS; i++)
+    if (b->observers[i].on_thread != NULL || b->observers[i].on_resume != NULL ||
+        b->observers[i].on_call != NULL)
+      b->observed = true;
+  return true;
+}
 
 /* Fills ev for t. The name is read from the task's second user value on the
    binding's main thread; the string stays referenced by the task, so the

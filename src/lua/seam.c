@@ -84,7 +84,9 @@ uint64_t luna__guard_abandoned(const luna__binding *b) {
 
 bool luna__guard_busy(lua_State *L) {
   luna__binding *b = luna__get_binding(L);
-  return b != NULL && b->depth > 0;
+  /* A task's resume, or Lua code the binding calls outside any task (a
+     callback, a predicate, the error handler). */
+  return b != NULL && (b->depth > 0 || b->calling.what != LUNA__CALLING_NONE);
 }
 
 /* ---- calls --------------------------------------------------------------------------- */

@@ -172,7 +172,7 @@ static void a_null_or_bare_lua_state_is_refused_everywhere(void **state) {
   lua_settop(bare, 0);
   assert_int_equal(luna_lua_set_observer(NULL, NULL), LUNA_EINVAL);
   assert_int_equal(luna_lua_resume_counts(NULL, counts), 0);
-  assert_null(luna_lua_tostring(NULL, 1)); /* crashed (a fresh-user trial) */
+  assert_null(luna_lua_tostring(NULL, 1)); /* this used to crash */
   luna_lua_guard_interrupts(NULL);
   assert_int_equal(luna_lua_promise_new(NULL, LUNA_UPDATE, &p), LUNA_EINVAL);
   assert_int_equal(luna_lua_promise_new(bare, LUNA_UPDATE, &p), LUNA_EINVAL);

@@ -589,6 +589,48 @@ static void find_and_poll_report_errors_apart_from_results(void **state) {
   fx_free(f);
 }
 
+/* Calls luna_mods_unload(set, "b") from inside a mod; returns its code. */
+static int unload_from_inside(lua_State *L) {
+  luna_mods *set = (luna_mods *)lua_touserdata(L, lua_upvalueindex(1));
+  lua_pushinteger(L, luna_mods_unload(set, "b"));
+  return 1;
+}
+
+/* The set's state may not change while a mod's Lua code runs. Only a
+   task's resume counted as running: from a task.on callback, a task.every
+   callback or a wait_until predicate, a host function could poll, reload
+   or unload the very state that was calling it, which then ran on freed
+   memory. Each of them now gets LUNA_ESTATE, and the mod goes on. */
+static void set_refuses_changes_from_a_mods_callbacks(void **state) {
+  fixture *f = fx_new(NULL);
+  lua_State *L;
+  (void)state;
+  fx_write(f, "b/mod.lua",
+           "local h; h = task.on(function() on_rc = poll(); on_un = unload(); h:remove() end)\n"
+           "local e; e = task.every(0.01, function() every_rc = poll(); e:remove() end)\n"
+           "task.spawn(function()\n"
+           "  task.wait_until(function() pred_rc = poll(); return true end)\n"
+           "  done = 1\n"
+           "end)\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  L = luna_mods_state(f->set, "b");
+  assert_non_null(L);
+  lua_pushlightuserdata(L, f->set);
+  lua_pushcclosure(L, poll_from_inside, 1);
+  lua_setglobal(L, "poll");
+  lua_pushlightuserdata(L, f->set);
+  lua_pushcclosure(L, unload_from_inside, 1);
+  lua_setglobal(L, "unload");
+  fx_frames(f, 3);
+  assert_int_equal(fx_global(f, "b", "on_rc"), LUNA_ESTATE);
+  assert_int_equal(fx_global(f, "b", "on_un"), LUNA_ESTATE);
+  assert_int_equal(fx_global(f, "b", "every_rc"), LUNA_ESTATE);
+  assert_int_equal(fx_global(f, "b", "pred_rc"), LUNA_ESTATE);
+  assert_int_equal(fx_global(f, "b", "done"), 1);
+  assert_int_equal(luna_mods_error_count(f->set), 0);
+  fx_free(f);
+}
+
 /* An on_unload that fails (here: its result cannot be copied) is reported
    and counted, in the set's count and in the mod's errors. */
 static void failed_on_unload_is_counted(void **state) {
@@ -850,6 +892,7 @@ int main(void) {
       cmocka_unit_test(unload_cancels_tasks),
       cmocka_unit_test(loading_a_loaded_mod_again_says_why),
       cmocka_unit_test(find_and_poll_report_errors_apart_from_results),
+      cmocka_unit_test(set_refuses_changes_from_a_mods_callbacks),
       cmocka_unit_test(failed_on_unload_is_counted),
       cmocka_unit_test(unload_all_counts_errors_of_the_cancellation),
       cmocka_unit_test(hot_reload_on_file_change),

@@ -797,8 +797,7 @@ def case_ctrl_c_stops_a_background_chunk_that_never_waits():
     """A background chunk runs at once until its first await, as
     task.spawn does; one that never gets there holds the prompt, and Ctrl-C
     (it is the chunk just entered) stops it. It was removed without a
-    word; the REPL says so now, and a self-cancelled one too (found by a
-    fresh-user trial)."""
+    word; the REPL says so now, and a self-cancelled one too."""
     s = start()
     try:
         enter(s, "while true do end &")
@@ -819,7 +818,7 @@ def case_ctrl_c_stops_a_background_chunk_that_never_waits():
 def case_error_values_show_as_stock_lua_shows_them():
     """A raised value that is not a string showed as `table: 0x...`; the
     stock lua says what kind of value it was (with the traceback), and
-    shows a __tostring message alone (found by a fresh-user trial)."""
+    shows a __tostring message alone."""
     script = ("error({})\n"
               "error(setmetatable({}, {__tostring = function() return 'custom' end}))\n"
               "error(42)\n"
