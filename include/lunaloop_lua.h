@@ -206,6 +206,77 @@ LUNA_API void luna_lua_guard_interrupts(lua_State *L);
    NULL for a NULL state (nothing pushed). */
 LUNA_API const char *luna_lua_tostring(lua_State *L, int idx);
 
+/* ---- pacing the garbage collector by the frame (docs/frame-time.md) -------- */
+
+/* How the collector of a state, or of every state on a loop, is paced.
+   Zero in a field means its default, so `{0}` turns pacing off. */
+typedef struct luna_lua_gc_options {
+  luna_ns budget;     /* ns of collector work per frame at `timing`, shared
+                         by the states paced together; 0: none at a timing */
+  luna_timing timing; /* the timing whose run ends with the paced steps;
+                         0 (Initialization, not offered) means the default,
+                         LUNA_LAST_TIME_UPDATE, the end of the frame */
+  size_t ceiling;     /* bytes in use above which the pacer runs one full
+                         collection (the safety net); 0: none */
+  bool stop_auto;     /* stop Lua's automatic collector: all collection
+                         then happens in paced steps, idle steps, mod
+                         requests and the ceiling's full collection */
+  bool idle;          /* also step in the time the driver would sleep
+                         before the next frame (luna_lua_gc_idle) */
+  bool generational;  /* put the state in generational mode (a step is
+                         then a whole minor collection); false: incremental */
+} luna_lua_gc_options;
+
+/* What the pacer did for a state (or, summed, for every state of a loop)
+   since pacing began. Times are on the loop's cost clock
+   (luna_loop_set_cost_source). */
+typedef struct luna_lua_gc_stats {
+  uint64_t steps;            /* paced and idle steps: incremental basic
+                                steps, or minor collections */
+  uint64_t cycles;           /* incremental cycles those steps completed */
+  uint64_t full_collections; /* full collections the pacer ran */
+  luna_ns time_ns;           /* ns spent in all of the above */
+  luna_ns longest_step_ns;   /* the longest single step (or full collection) */
+  size_t bytes;              /* bytes the state uses now (Lua's count) */
+  uint64_t ceiling_hits;     /* times the ceiling was found passed */
+} luna_lua_gc_stats;
+
+/* Paces L's collector with `opts` (copied), in place of the loop's
+   settings; NULL returns L to the loop's settings (luna_lua_gc_set_loop).
+   The effect is what task.gc describes: at the end of each run of the
+   timing, incremental steps until the budget is spent or the cycle ends;
+   the collector's mode and stop_auto are applied now (LUA_GCINC or
+   LUA_GCGEN, LUA_GCSTOP or LUA_GCRESTART). A state without a budget, idle
+   or ceiling is not paced and pays nothing. Loop thread, not from inside a
+   collector step (a __gc metamethod). Returns 0; LUNA_EINVAL for a NULL
+   or unbound L, or a timing out of range; LUNA_ENOMEM. */
+LUNA_API int luna_lua_gc_set(lua_State *L, const luna_lua_gc_options *opts);
+
+/* Paces every state on `loop` that has no settings of its own (the mods
+   of a set, for example) with `opts`, or stops that with NULL. The states
+   paced together share one budget per frame, each getting a part in
+   proportion to the bytes it allocated since the previous frame. A state
+   attached later joins. Returns 0, LUNA_EINVAL (NULL loop, timing out of
+   range), LUNA_ENOMEM. Loop thread. */
+LUNA_API int luna_lua_gc_set_loop(luna_loop *loop, const luna_lua_gc_options *opts);
+
+/* Spends up to `spare` ns (on the loop's cost clock) on collector steps
+   for the states of `loop` paced with `idle`, before the driver sleeps to
+   the next frame: call it with luna_driver_remaining. A step begins only
+   while more than the longest step so far is left (so only a state's
+   first step can pass `spare`), and steps stop once every such state's
+   cycle is done. Returns the ns spent (0 when nothing is paced with idle, or for a
+   NULL loop or spare <= 0). Loop thread, between frames. */
+LUNA_API luna_ns luna_lua_gc_idle(luna_loop *loop, luna_ns spare);
+
+/* Fills *out with what the pacer did for L and its bytes in use now.
+   Returns 0, or LUNA_EINVAL for a NULL or unbound L or NULL out. */
+LUNA_API int luna_lua_gc_get_stats(lua_State *L, luna_lua_gc_stats *out);
+
+/* The same summed over every state on `loop` (longest_step_ns: the
+   longest of any). Returns 0, or LUNA_EINVAL for a NULL loop or out. */
+LUNA_API int luna_lua_gc_loop_stats(luna_loop *loop, luna_lua_gc_stats *out);
+
 LUNA_END_DECLS
 
 #endif

@@ -211,6 +211,21 @@ static inline void luna__batch_take(luna__batch *bt) { bt->i++; }
    `fn` (see luna__batch). NULL, NULL: no batches. One per loop. */
 void luna__loop_set_batch(luna_loop *loop, luna_step_fn step, luna__batch_fn fn);
 
+/* Reads the loop's cost clock (luna_loop_set_cost_source): what the
+   binding's collector pacer measures its steps with, so that a test's fake
+   cost clock drives budgets and GC slices alike. */
+luna_ns luna__loop_cost_now(luna_loop *loop);
+
+/* The slot where the binding keeps its one collector pacer per loop
+   (src/lua/gc.c): NULL until it makes one. The core never reads it; the
+   pacer frees itself when the loop tells its listeners LUNA_EVENT_FREE. */
+void **luna__loop_pacer(luna_loop *loop);
+
+/* The loop's allocator, with the lua_Alloc contract (nsize 0 frees): for
+   memory of the layers above that lives as long as the loop, such as the
+   pacer. */
+void *luna__loop_realloc(luna_loop *loop, void *p, size_t osize, size_t nsize);
+
 LUNA_END_DECLS
 
 #endif

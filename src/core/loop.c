@@ -512,6 +512,18 @@ void luna__loop_set_warm(luna_loop *loop, luna_fn fn, void (*warm)(void *arg)) {
   loop->warm.warm = warm;
 }
 
+luna_ns luna__loop_cost_now(luna_loop *loop) {
+  return loop->runner.cost_fn(loop->runner.cost_ud);
+}
+
+void **luna__loop_pacer(luna_loop *loop) {
+  return &loop->pacer;
+}
+
+void *luna__loop_realloc(luna_loop *loop, void *p, size_t osize, size_t nsize) {
+  return loop->alloc.fn(loop->alloc.ud, p, osize, nsize);
+}
+
 void luna__loop_set_batch(luna_loop *loop, luna_step_fn step, luna__batch_fn fn) {
   luna__runner_set_batch(&loop->runner, step, fn);
 }

@@ -73,6 +73,10 @@ struct luna_loop {
     luna_fn fn;
     void (*warm)(void *arg);
   } warm;
+
+  /* The binding layer's collector pacer for this loop (luna__loop_pacer):
+     opaque here, NULL until a Lua state joins the loop. */
+  void *pacer;
 };
 
 /* True once luna_loop_stop was called in the current run: the modules check

@@ -39,6 +39,7 @@
 #include <lua.h>
 
 #include "lunaloop.h"
+#include "gc.h"
 #include "task.h"
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -189,6 +190,8 @@ struct luna__binding {
   size_t held_failures;   /* failures held for a later await (taskobj.c) */
   bool exit_requested;
   int exit_code;
+  luna__gc_member gc;     /* its part of the loop's collector pacer (gc.c);
+                             read only by the pacer, never on a resume */
 };
 
 /* Lua code the binding calls outside any task, which cannot await. */

@@ -127,6 +127,12 @@ void luna__guard_unhold(luna__binding *b);
    NULL b. */
 bool luna__guard_held(luna__binding *b);
 
+/* Asks the loop's collector pacer for a full collection of L's state,
+   served in slices at the paced timing (with a default slice when the
+   state is not paced) instead of inside this call. Never raises; does
+   nothing without a binding. */
+void luna__guard_request_collect(lua_State *L);
+
 /* From now on b's cancellations settle their tasks without resuming them
    (their to-be-closed variables do not run): for a state being closed
    whose time ran out. */

@@ -360,7 +360,8 @@ static int l_list(lua_State *L) {
    off by the timing's budget, budget_exceeded the runs that hit it (both
    since the loop began); budget is in seconds (0: none); runs counts the
    runs of the timing and time the seconds spent in them while profiling
-   was on (task.debug{profile = true}), both since the loop began. */
+   was on (task.debug{profile = true}), both since the loop began; gc is
+   what the collector pacer did for this state (gc.c, luna__gc_push_stats). */
 static int l_stats(lua_State *L) {
   luna__binding *b = luna__upvalue_binding(L);
   luna_loop_stats st;
@@ -393,6 +394,8 @@ static int l_stats(lua_State *L) {
   lua_setfield(L, -2, "timings");
   set_int(L, "outside_resumes",
           b->stats_frame == frame ? (lua_Integer)b->resumes[LUNA_TIMING_COUNT] : 0);
+  luna__gc_push_stats(L, b);
+  lua_setfield(L, -2, "gc");
   return 1;
 }
 

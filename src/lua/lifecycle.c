@@ -64,6 +64,7 @@ static void on_loop_event(luna_loop *loop, luna_event event, void *ud) {
    for the state's own close is Lua memory only. Idempotent. */
 static void detach(luna__binding *b) {
   b->closing = true;
+  luna__gc_leave(b);
   if (b->loop != NULL) {
     luna__remove_all_handles(b);
     luna__abandon_all(b);
@@ -128,7 +129,9 @@ static int create_binding(lua_State *L, luna_loop *loop, bool owns) {
   luna__set_binding(L);
   luna__open_errors(L);
   luna__tune_loop(loop);
-  rc = luna_loop_add_listener(loop, on_loop_event, b);
+  rc = luna__gc_join(b, loop);
+  if (rc == 0 && (rc = luna_loop_add_listener(loop, on_loop_event, b)) != 0)
+    luna__gc_leave(b);
   if (rc != 0) {
     lua_pushnil(L); /* forgotten: its __gc finds no loop */
     luna__set_binding(L);

@@ -283,6 +283,8 @@ static int l_run(lua_State *L) {
       stuck = true;
       break;
     }
+    /* The time before the next frame goes to the paced collector first. */
+    luna_lua_gc_idle(b->loop, luna_driver_remaining(&driver));
     if (!luna_driver_wait(&driver))
       continue; /* a signal cut the sleep short: check again */
     saved = luna__enter_exec(b, L);
@@ -343,6 +345,7 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   luna__open_await(L, b);
   luna__open_callbacks(L, b);
   luna__open_introspect(L, b);
+  luna__open_gc(L, b);
   luna__open_compose(L);
   luna__guard_coroutines(L); /* a task's coroutine is the scheduler's alone */
   lua_createtable(L, LUNA_TIMING_COUNT, 0);

@@ -74,6 +74,12 @@ bool luna__guard_held(luna__binding *b) {
   return b != NULL && luna__held(b);
 }
 
+void luna__guard_request_collect(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  if (b != NULL)
+    luna__gc_request_full(b);
+}
+
 void luna__guard_abandon(luna__binding *b) {
   b->abandon = true;
 }

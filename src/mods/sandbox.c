@@ -29,7 +29,8 @@
 **   as everywhere), and every coroutine gets the budget hook;
 ** - no single call whose cost the budgets cannot reach: the pattern
 **   functions are the bounded matcher (pattern.c), collectgarbage allows
-**   only count, isrunning and one basic step, string.rep of an empty
+**   only count, isrunning, one basic step and collect (a request the
+**   loop's collector pacer serves in slices), string.rep of an empty
 **   result and table.move over more slots than the memory cap holds
 **   return or raise at once, and table.sort checks the time budget
 **   between comparisons (docs/modding.md, "Time");
@@ -320,12 +321,14 @@ static int l_getmetatable(lua_State *L) {
   return 1;
 }
 
-/* collectgarbage(opt [, 0]): only what cannot stall: "count", "isrunning"
-   and "step" as one basic step (a step of a given size, like a full
-   "collect", costs time in proportion to the heap inside one C call, where
-   no budget can stop it). Tuning or stopping the collector is the host's. */
+/* collectgarbage(opt [, 0]): only what cannot stall: "count", "isrunning",
+   "step" as one basic step (a step of a given size costs time in
+   proportion to the heap inside one C call, where no budget can stop it),
+   and "collect" (the default) as a request that the loop's collector
+   pacer serves in slices at its paced timing; it returns 0 at once, as
+   the stock one does. Tuning or stopping the collector is the host's. */
 static int l_collectgarbage(lua_State *L) {
-  static const char *const allowed[] = {"count", "step", "isrunning", NULL};
+  static const char *const allowed[] = {"count", "step", "isrunning", "collect", NULL};
   const char *opt = luaL_optstring(L, 1, "collect");
   int i;
   for (i = 0; allowed[i] != NULL; i++)
@@ -333,7 +336,13 @@ static int l_collectgarbage(lua_State *L) {
       break;
   if (allowed[i] == NULL)
     return luaL_error(L, "collectgarbage: option '%s' is not allowed in mods (only 'count', "
-                         "'isrunning' and 'step', one basic step)", opt);
+                         "'isrunning', 'step', one basic step, and 'collect', served in "
+                         "slices between frames)", opt);
+  if (i == 3) {
+    luna__guard_request_collect(L);
+    lua_pushinteger(L, 0);
+    return 1;
+  }
   if (i == 1 && !lua_isnoneornil(L, 2) && luaL_checkinteger(L, 2) != 0)
     return luaL_error(L, "collectgarbage: mods may take one basic step only ('step' without "
                          "a size)");
