@@ -278,4 +278,16 @@ int luna__cli_repl(int argc, char **argv, int first);
    and drives frames until no mod has work left; returns the exit status. */
 int luna__cli_mods(int argc, char **argv, int first);
 
+/* The collector pacing every command starts with (docs/frame-time.md,
+   "Without configuration"): incremental steps in the time the driver would
+   sleep before each frame, with Lua's automatic collector left running, so
+   a script or mod that sets nothing still has part of its collector's
+   work moved out of its frames. Under --fast no frame leaves spare time,
+   so nothing changes there. A script's task.gc replaces it for its state. */
+static inline void luna__cli_pace_gc(luna_loop *loop) {
+  luna_lua_gc_options o = {0};
+  o.idle = true;
+  (void)luna_lua_gc_set_loop(loop, &o); /* out of memory: the run goes unpaced */
+}
+
 #endif

@@ -127,6 +127,7 @@ static bool drive(luna_mods *set, luna_loop *loop, const luna_run_options *o) {
       report_mods(set, loop);
     if (o->has_frames && driver.frames >= o->frames)
       return true;
+    luna_lua_gc_idle(loop, luna_driver_remaining(&driver));
     if (!luna_driver_wait(&driver))
       continue;
     rc = luna_driver_frame(&driver);
@@ -190,6 +191,7 @@ int luna__cli_mods(int argc, char **argv, int first) {
     return LUNA_EXIT_ERROR;
   }
   luna_loop_set_time_scale(loop, o.run.time_scale);
+  luna__cli_pace_gc(loop);
   if (o.run.fast)
     luna_loop_use_virtual_realtime(loop);
   if ((rc = luna_mods_new(loop, &o.mods, &set)) < 0) {

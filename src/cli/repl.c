@@ -93,7 +93,9 @@ static void main_loop(void) {
     else
       luna__repl_hide_prompt();
 
-    /* Wait for input, a signal, or the next frame. */
+    /* Wait for input, a signal, or the next frame, after giving the time
+       to the paced collector. */
+    luna__repl_idle_gc();
     struct pollfd pfd = {STDIN_FILENO, POLLIN, 0};
     bool want_input = idle && !luna__repl_input_eof();
     int n = poll(&pfd, want_input ? 1 : 0, luna__repl_poll_timeout());
@@ -124,6 +126,7 @@ static int open_session(void) {
     return LUNA_EXIT_ERROR;
   }
   luna_loop_set_time_scale(R.loop, R.opts.time_scale);
+  luna__cli_pace_gc(R.loop);
   luna__repl_frames_open();
   R.L = luaL_newstate();
   if (R.L != NULL) {

@@ -129,6 +129,9 @@ void luna__repl_frames_open(void);
 void luna__repl_pace(void);
 /* How long poll may wait for input, in ms (-1 while paused: forever). */
 int luna__repl_poll_timeout(void);
+/* Spends the time before the next frame on the paced collector
+   (luna_lua_gc_idle), unless the frames are paused. */
+void luna__repl_idle_gc(void);
 /* Runs the next frame if it is due (and not paused). */
 void luna__repl_frame_if_due(void);
 /* Runs one frame with this dt, reports what a Ctrl-C hit in it, and looks

@@ -38,6 +38,11 @@ int luna__repl_poll_timeout(void) {
   return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
+void luna__repl_idle_gc(void) {
+  if (!R.paused)
+    luna_lua_gc_idle(R.loop, luna_driver_remaining(&driver));
+}
+
 void luna__repl_frame_if_due(void) {
   if (!R.paused && luna_driver_remaining(&driver) <= 0)
     luna__repl_run_frame(luna_driver_tick(&driver));

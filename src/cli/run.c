@@ -58,6 +58,7 @@ static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *
     }
     if (o->has_frames && driver.frames >= o->frames)
       return STOP_FINISHED;
+    luna_lua_gc_idle(loop, luna_driver_remaining(&driver));
     if (!luna_driver_wait(&driver))
       continue; /* a signal cut the sleep short: check again */
     if (trace != NULL)
@@ -145,6 +146,7 @@ int luna__cli_run(int argc, char **argv, int first) {
     return LUNA_EXIT_ERROR;
   }
   luna_loop_set_time_scale(loop, o.time_scale); /* checked by the parser */
+  luna__cli_pace_gc(loop);
   if (o.fast)
     luna_loop_use_virtual_realtime(loop);
 
