@@ -17,6 +17,9 @@
 ** and a program that waits on something else too (the REPL polls its
 ** input) waits at most luna_driver_remaining(&d) ns, and once that is <= 0
 ** takes the frame's dt from luna_driver_tick and runs the frame itself.
+** luna_driver_remaining is also the spare time a program may spend before
+** it waits: the Lua binding's luna_lua_gc_idle(loop, remaining) gives it to
+** the paced garbage collector, as `lunaloop run` does.
 **
 ** The real-time pacing: frame k is due at start + k * period on
 ** CLOCK_MONOTONIC, and a wait sleeps to that absolute deadline, so sleep

@@ -132,7 +132,35 @@ function Channel:is_closed() end
 ---@field budget number seconds, 0: none
 ---@field time number? seconds spent (task.debug{profile = true})
 
+---What the collector pacer did for this state (task.gc), since pacing began.
+---@class lunaloop.GcStats
+---@field steps integer paced and idle steps (incremental basic steps, or minor collections)
+---@field cycles integer incremental cycles those steps completed
+---@field full_collections integer full collections the pacer ran (the ceiling)
+---@field time number seconds spent in all of the above, on the loop's cost clock
+---@field longest_step number seconds of the longest single step
+---@field bytes integer bytes the state uses now
+---@field ceiling_hits integer times the heap was found above the ceiling
+
+---@class lunaloop.GcOptions
+---@field budget number? seconds of collector work per frame at `timing` (default 0: none)
+---@field timing lunaloop.Timing? default "LastTimeUpdate", the end of the frame; not "Initialization"
+---@field ceiling integer? bytes in use above which one full collection runs (default 0: none)
+---@field stop_auto boolean? stop Lua's automatic collector (needs a budget or idle)
+---@field idle boolean? also step in the time the driver would sleep before the next frame
+---@field mode "incremental"|"generational"? the collector's mode, set by this call (default "incremental")
+
+---@class lunaloop.GcSettings
+---@field budget number
+---@field timing lunaloop.Timing
+---@field ceiling integer
+---@field stop_auto boolean
+---@field idle boolean
+---@field mode "incremental"|"generational"
+---@field own boolean whether the settings are this state's (else the loop's, or none)
+
 ---@class lunaloop.Stats
+---@field gc lunaloop.GcStats
 ---@field frame integer
 ---@field tasks integer
 ---@field callbacks integer
@@ -320,6 +348,13 @@ function task.list() end
 
 ---@return lunaloop.Stats
 function task.stats() end
+
+---Paces this state's garbage collector by the frame (docs/frame-time.md):
+---a table replaces the state's settings, false returns it to the loop's,
+---nothing only reads them. Not in mods (the host paces them).
+---@param opts lunaloop.GcOptions|false?
+---@return lunaloop.GcSettings
+function task.gc(opts) end
 
 ---Debugging aids. Not in mods.
 ---@param opts {creation_traceback: boolean?, profile: boolean?}?

@@ -35,8 +35,8 @@
 **   return or raise at once, and table.sort checks the time budget
 **   between comparisons (docs/modding.md, "Time");
 ** - the task module is built from an allowed list (task_allowed: no step,
-**   run, exit, set_budget or debug, since the loop, its budgets and
-**   profiling belong to the host), time_scale read-only, and on_error's
+**   run, exit, set_budget, debug or gc, since the loop, its budgets,
+**   profiling and collector pacing belong to the host), time_scale read-only, and on_error's
 **   handler called by the set's own handler;
 ** - every object the binding hands out has a protected metatable
 **   (__metatable is its name) whose methods are out of reach, and the
