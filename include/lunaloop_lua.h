@@ -249,7 +249,10 @@ typedef struct luna_lua_gc_stats {
    LUA_GCGEN, LUA_GCSTOP or LUA_GCRESTART). A state without a budget, idle
    or ceiling is not paced and pays nothing. Loop thread, not from inside a
    collector step (a __gc metamethod). Returns 0; LUNA_EINVAL for a NULL
-   or unbound L, or a timing out of range; LUNA_ENOMEM. */
+   or unbound L, or a timing out of range; LUNA_ESTATE from inside a __gc
+   metamethod of L (Lua ignores the collector's calls there); LUNA_ENOMEM.
+   luna_loop_reset drops the paced steps of every state on the loop: give
+   the settings again after one. */
 LUNA_API int luna_lua_gc_set(lua_State *L, const luna_lua_gc_options *opts);
 
 /* Paces every state on `loop` that has no settings of its own (the mods
@@ -257,15 +260,15 @@ LUNA_API int luna_lua_gc_set(lua_State *L, const luna_lua_gc_options *opts);
    paced together share one budget per frame, each getting a part in
    proportion to the bytes it allocated since the previous frame. A state
    attached later joins. Returns 0, LUNA_EINVAL (NULL loop, timing out of
-   range), LUNA_ENOMEM. Loop thread. */
+   range), LUNA_ENOMEM. Loop thread, not from a __gc metamethod. */
 LUNA_API int luna_lua_gc_set_loop(luna_loop *loop, const luna_lua_gc_options *opts);
 
 /* Spends up to `spare` ns (on the loop's cost clock) on collector steps
    for the states of `loop` paced with `idle`, before the driver sleeps to
    the next frame: call it with luna_driver_remaining. A step begins only
-   while more than the longest step so far is left (so only a state's
-   first step can pass `spare`), and steps stop once every such state's
-   cycle is done. Returns the ns spent (0 when nothing is paced with idle, or for a
+   while more than the state's last step is left (so `spare` is passed by
+   at most one step), and steps stop once every such state's cycle is
+   done. Returns the ns spent (0 when nothing is paced with idle, or for a
    NULL loop or spare <= 0). Loop thread, between frames. */
 LUNA_API luna_ns luna_lua_gc_idle(luna_loop *loop, luna_ns spare);
 

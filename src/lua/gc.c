@@ -76,8 +76,17 @@ static lua_State *member_state(luna__gc_member *m) {
   return member_binding(m)->L;
 }
 
+/* Bytes in use; 0 inside a __gc metamethod, where Lua refuses every
+   lua_gc call (-1). */
 static size_t bytes_of(lua_State *L) {
-  return (size_t)lua_gc(L, LUA_GCCOUNT) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB);
+  int kb = lua_gc(L, LUA_GCCOUNT);
+  return kb < 0 ? 0 : (size_t)kb * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB);
+}
+
+/* Whether L's collector is running a __gc metamethod now: Lua then
+   ignores every lua_gc call, so settings cannot be applied. */
+static bool in_finalizer(lua_State *L) {
+  return lua_gc(L, LUA_GCISRUNNING) < 0;
 }
 
 static luna_ns cost_now(const luna__gc_pacer *p) {
@@ -130,6 +139,7 @@ static luna_ns timed_step(luna__gc_member *m, luna_ns t0) {
   int ended = lua_gc(L, LUA_GCSTEP, 0);
   luna_ns t1 = cost_now(m->pacer);
   m->st.steps++;
+  m->last_step = t1 - t0;
   m->st.time_ns += t1 - t0;
   if (t1 - t0 > m->st.longest_step_ns)
     m->st.longest_step_ns = t1 - t0;
@@ -230,7 +240,7 @@ static luna_ns pace_member(luna__gc_member *m, const luna_lua_gc_options *o, lun
   }
   if (!cycle_due(m, o))
     return 0;
-  while (t - start + (margin ? m->st.longest_step_ns : 0) < budget) {
+  while (t - start + (margin ? m->last_step : 0) < budget) {
     t = timed_step(m, t);
     if (!m->in_cycle && m->requests == 0)
       break; /* the cycle ended, and no request is owed another */
@@ -326,7 +336,7 @@ static int apply(luna__gc_member *m) {
   m->in_cycle = false;
   m->ceiling_passed = false;
   m->live = m->mark = m->minor_base = bytes_of(L);
-  m->minor_cost = 0;
+  m->minor_cost = m->last_step = 0;
   if (o != NULL && (o->budget > 0 || o->ceiling > 0))
     return need_item(m->pacer, timing_of(o));
   return 0;
@@ -415,6 +425,8 @@ int luna_lua_gc_set(lua_State *L, const luna_lua_gc_options *opts) {
   luna__binding *b = L != NULL ? luna__get_binding(L) : NULL;
   if (b == NULL || b->gc.pacer == NULL || (opts != NULL && !valid_options(opts)))
     return LUNA_EINVAL;
+  if (in_finalizer(L))
+    return LUNA_ESTATE;
   b->gc.own = opts != NULL;
   if (opts != NULL)
     b->gc.opts = *opts;
@@ -595,6 +607,8 @@ static int l_gc(lua_State *L) {
   }
   if (rc == LUNA_ENOMEM)
     return luaL_error(L, "not enough memory");
+  if (rc == LUNA_ESTATE)
+    return luaL_error(L, "task.gc: cannot change the collector from a __gc metamethod");
   o = settings_of(&b->gc);
   lua_createtable(L, 0, 7);
   set_number(L, "budget", o != NULL ? luna_ns_to_seconds(o->budget) : 0);

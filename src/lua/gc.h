@@ -33,6 +33,8 @@ typedef struct luna__gc_member {
   size_t mark;                /* bytes in use when the last pace ended */
   size_t minor_base;          /* generational: bytes after the last minor one */
   luna_ns minor_cost;         /* generational: what the last minor one cost */
+  luna_ns last_step;          /* what the last step cost: idle time keeps
+                                 that much spare */
   luna_lua_gc_stats st;
 } luna__gc_member;
 

@@ -72,6 +72,17 @@ H.case("paced_steps_run_at_the_paced_timing_and_are_counted", function()
   testhost.fake_cost(nil)
 end)
 
+H.case("gc_cannot_change_the_collector_from_a_finalizer", function()
+  -- Lua ignores every collector call inside a __gc metamethod, so the
+  -- settings could not be applied: the call says so instead.
+  local ok, err
+  setmetatable({}, {__gc = function() ok, err = pcall(task.gc, {budget = 0.001}) end})
+  collectgarbage()
+  H.eq(ok, false)
+  H.has(err, "task.gc: cannot change the collector from a __gc metamethod")
+  H.eq(task.gc().own, false, "nothing changed")
+end)
+
 H.case("generational_mode_is_set_by_task_gc", function()
   H.eq(task.gc{budget = 0.001, mode = "generational"}.mode, "generational")
   H.eq(collectgarbage("incremental"), "generational", "the state was put in that mode")

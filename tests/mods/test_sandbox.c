@@ -423,6 +423,36 @@ static void collectgarbage_allows_only_what_cannot_stall(void **state) {
             "print('ok')", NULL);
 }
 
+/* A mod's full collection is a request, not a stall: the call returns at
+   once and the loop's collector pacer completes the cycle at the end of
+   later frames, in steps, with no full collection (tests/lua/test_gc.c
+   shows the slices under a fake clock). */
+static void a_mods_collect_is_served_by_the_pacer_after_the_call(void **state) {
+  fixture *f = fx_new(NULL);
+  luna_lua_gc_stats st;
+  int frames = 0;
+  (void)state;
+  fx_write(f, "s/mod.lua",
+           "local g = {} for i = 1, 50000 do g[i] = {i} end g = nil\n"
+           "assert(collectgarbage('collect') == 0)\n"
+           "print('ok')");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  assert_has(f->out, "[s] ok\n");
+  assert_int_equal(luna_lua_gc_loop_stats(f->loop, &st), 0);
+  assert_int_equal(st.steps, 0); /* nothing ran inside the call */
+  while (st.cycles == 0 && frames++ < 100) {
+    fx_frames(f, 1);
+    assert_int_equal(luna_lua_gc_loop_stats(f->loop, &st), 0);
+  }
+  assert_int_equal(st.cycles, 1);
+  assert_true(st.steps >= 1);
+  assert_int_equal(st.full_collections, 0);
+  fx_frames(f, 5);
+  assert_int_equal(luna_lua_gc_loop_stats(f->loop, &st), 0);
+  assert_int_equal(st.cycles, 1); /* served once */
+  fx_free(f);
+}
+
 /* Single calls that looped for ever without allocating: string.rep of an
    empty string, table.move over a range of nils. The sort is the stock
    one with a comparator of the sandbox's in between. */
@@ -551,6 +581,7 @@ int main(void) {
       cmocka_unit_test(an_unloading_mod_reaches_no_loop_or_bus),
       cmocka_unit_test(everything_a_mod_can_reach_is_listed),
       cmocka_unit_test(collectgarbage_allows_only_what_cannot_stall),
+      cmocka_unit_test(a_mods_collect_is_served_by_the_pacer_after_the_call),
       cmocka_unit_test(calls_that_could_loop_for_ever_are_bounded),
       cmocka_unit_test(pathological_pattern_ends_with_an_error),
       cmocka_unit_test(coroutine_resume_refuses_task_coroutines),
