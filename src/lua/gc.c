@@ -282,15 +282,16 @@ static void pace_timing(luna__gc_pacer *p, int timing) {
       shared_weight += (double)weight_of(m);
   p->cursor = p->members;
   while ((m = p->cursor) != NULL) {
-    luna_ns budget;
+    luna_ns budget, spent;
+    size_t w;
     p->cursor = m->next;
     if (!paced_here(m, timing, &o))
       continue;
+    w = m->own ? 0 : weight_of(m); /* as the sum above counted it */
     check_ceiling(m, o);
     if (m->own) {
       budget = o != NULL ? o->budget : 0;
     } else {
-      size_t w = weight_of(m);
       budget = shared_weight > 0
                    ? (luna_ns)((double)shared_left * (double)w / shared_weight)
                    : 0;
@@ -298,9 +299,9 @@ static void pace_timing(luna__gc_pacer *p, int timing) {
     }
     if (budget == 0 && m->requests > 0)
       budget = REQUEST_BUDGET_NS;
-    budget = pace_member(m, o, budget, false);
+    spent = pace_member(m, o, budget, false);
     if (!m->own)
-      shared_left -= budget < shared_left ? budget : shared_left;
+      shared_left -= spent < shared_left ? spent : shared_left;
     m->mark = bytes_of(member_state(m));
   }
 }
@@ -314,9 +315,9 @@ static bool pace_step(luna_loop *loop, void *arg) {
 
 /* Puts m's collector in the state its settings ask for: the mode (a
    switch to generational mode runs one full collection, as Lua's does;
-   incremental mode gets the pacer's step size),
-   the automatic collector stopped or running, a fresh start for the
-   pacer's estimates, and the item of its timing. 0 or LUNA_ENOMEM. */
+   incremental mode gets the pacer's step size), the automatic collector
+   stopped or running, a fresh start for the pacer's estimates, and the
+   item of its timing. 0 or LUNA_ENOMEM. */
 static int apply(luna__gc_member *m) {
   lua_State *L = member_state(m);
   const luna_lua_gc_options *o = settings_of(m);
