@@ -118,6 +118,20 @@ static void frames(world *w, int n) {
     assert_int_equal(luna_loop_frame(w->loop, 1.0 / 60), 0);
 }
 
+/* Paces w's state with `o`, runs `n` frames and checks that every block
+   freed during them was freed at the paced timing; returns how many. */
+static long frees_only_at_the_paced_timing(world *w, const luna_lua_gc_options *o, int n) {
+  long before[LUNA_TIMING_COUNT + 1];
+  int t, paced = o->timing != 0 ? (int)o->timing : LUNA_LAST_TIME_UPDATE;
+  assert_int_equal(luna_lua_gc_set(w->L, o), 0);
+  memcpy(before, w->frees, sizeof before);
+  frames(w, n);
+  for (t = 0; t <= LUNA_TIMING_COUNT; t++)
+    if (t != paced)
+      assert_int_equal(w->frees[t] - before[t], 0);
+  return w->frees[paced] - before[paced];
+}
+
 /* A frame's paced work never exceeds its budget by more than one basic
    step, and over 6,000 frames of heavy allocation with the automatic
    collector stopped, cycles keep completing and the heap stays below the
@@ -153,21 +167,13 @@ static void paced_frames_stay_in_budget_and_cycles_complete(void **state) {
 static void stop_auto_collects_only_at_the_paced_timing(void **state) {
   world w;
   luna_lua_gc_options o = {0};
-  long before[LUNA_TIMING_COUNT + 1];
-  int t;
   (void)state;
   world_open(&w);
   start_churn(w.L, 300, 500);
   o.budget = 500 * US;
   o.stop_auto = true;
   o.timing = LUNA_LAST_PRE_LATE_UPDATE;
-  assert_int_equal(luna_lua_gc_set(w.L, &o), 0);
-  memcpy(before, w.frees, sizeof before);
-  frames(&w, 600);
-  for (t = 0; t <= LUNA_TIMING_COUNT; t++)
-    if (t != LUNA_LAST_PRE_LATE_UPDATE)
-      assert_int_equal(w.frees[t] - before[t], 0);
-  assert_true(w.frees[LUNA_LAST_PRE_LATE_UPDATE] - before[LUNA_LAST_PRE_LATE_UPDATE] > 10000);
+  assert_true(frees_only_at_the_paced_timing(&w, &o, 600) > 10000);
   assert_true(stats_of(w.L).cycles > 10);
   world_close(&w);
 }
@@ -177,21 +183,14 @@ static void stop_auto_collects_only_at_the_paced_timing(void **state) {
 static void generational_minor_collections_run_only_at_the_paced_timing(void **state) {
   world w;
   luna_lua_gc_options o = {0};
-  long before[LUNA_TIMING_COUNT + 1];
   luna_lua_gc_stats st;
-  int t;
   (void)state;
   world_open(&w);
   start_churn(w.L, 2000, 500);
   o.budget = 2000 * US;
   o.stop_auto = true;
   o.generational = true;
-  assert_int_equal(luna_lua_gc_set(w.L, &o), 0);
-  memcpy(before, w.frees, sizeof before);
-  frames(&w, 300);
-  for (t = 0; t <= LUNA_TIMING_COUNT; t++)
-    if (t != LUNA_LAST_TIME_UPDATE)
-      assert_int_equal(w.frees[t] - before[t], 0);
+  assert_true(frees_only_at_the_paced_timing(&w, &o, 300) > 10000);
   st = stats_of(w.L);
   assert_true(st.steps >= 20);
   assert_true(st.steps <= 300); /* at most one minor collection a frame */
