@@ -143,10 +143,10 @@ static void paced_frames_stay_in_budget_and_cycles_complete(void **state) {
   int f;
   (void)state;
   world_open(&w);
-  start_churn(w.L, 400, 2000);
-  o.budget = 300 * US;
+  start_churn(w.L, 400, 20000); /* a cycle takes several frames */
+  o.budget = 20 * US;
   o.stop_auto = true;
-  o.ceiling = 4u << 20;
+  o.ceiling = 8u << 20; /* the heap peaks at about twice its live 2 MB */
   assert_int_equal(luna_lua_gc_set(w.L, &o), 0);
   for (f = 0; f < 6000; f++) {
     before = stats_of(w.L);
@@ -155,7 +155,7 @@ static void paced_frames_stay_in_budget_and_cycles_complete(void **state) {
     assert_true(after.time_ns - before.time_ns <= o.budget + after.longest_step_ns);
   }
   after = stats_of(w.L);
-  assert_true(after.cycles >= 100);
+  assert_true(after.cycles >= 50); /* one about every 80 frames */
   assert_int_equal(after.full_collections, 0);
   assert_int_equal(after.ceiling_hits, 0);
   assert_true(w.peak < o.ceiling);
