@@ -42,9 +42,9 @@
    13, 8 KB): 1 KB makes a step about an eighth of Lua's, so the last step
    of a frame overshoots its budget by that much less. */
 #define STEP_LOG2 10
-/* The slice a full-collect request of a state that is not paced gets per
-   frame at the default timing: one millisecond, a small part of a 60 Hz
-   frame. */
+/* The slice that full-collect requests of states without a budget share
+   per frame at their timing: one millisecond, a small part of a 60 Hz
+   frame, however many mods ask. */
 #define REQUEST_BUDGET_NS ((luna_ns)1000 * 1000)
 
 /* A paced timing's runner item: its argument names the pacer and timing. */
@@ -271,12 +271,16 @@ static bool paced_here(const luna__gc_member *m, int timing, const luna_lua_gc_o
 /* The end of a paced timing's run: the ceiling first, then each member's
    slice. The members paced with the loop's settings share its budget in
    proportion to what each allocated since the last pace; what one leaves
-   unspent goes to those after it. */
+   unspent goes to those after it. Requests of members without a budget
+   share REQUEST_BUDGET_NS the same way, first come first served. Each
+   member given time runs at least one step, so a frame's work is its
+   budget plus at most one step per state. */
 static void pace_timing(luna__gc_pacer *p, int timing) {
   const luna_lua_gc_options *o;
   luna__gc_member *m;
   double shared_weight = 0;
   luna_ns shared_left = p->loop_set ? p->opts.budget : 0;
+  luna_ns request_left = REQUEST_BUDGET_NS;
   for (m = p->members; m != NULL; m = m->next)
     if (paced_here(m, timing, &o) && !m->own)
       shared_weight += (double)weight_of(m);
@@ -297,9 +301,12 @@ static void pace_timing(luna__gc_pacer *p, int timing) {
                    : 0;
       shared_weight -= (double)w;
     }
-    if (budget == 0 && m->requests > 0)
-      budget = REQUEST_BUDGET_NS;
-    spent = pace_member(m, o, budget, false);
+    if (budget == 0 && m->requests > 0) {
+      spent = pace_member(m, o, request_left, false);
+      request_left -= spent < request_left ? spent : request_left;
+    } else {
+      spent = pace_member(m, o, budget, false);
+    }
     if (!m->own)
       shared_left -= spent < shared_left ? spent : shared_left;
     m->mark = bytes_of(member_state(m));

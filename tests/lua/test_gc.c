@@ -30,6 +30,7 @@ typedef struct world {
   luna_loop *loop;
   lua_State *L;
   luna_ns now;                          /* the fake cost clock */
+  luna_ns free_ns;                      /* what a free costs on it */
   long frees[LUNA_TIMING_COUNT + 1];    /* by the timing running */
   size_t bytes, peak;                   /* the state's heap, by the allocator */
 } world;
@@ -48,7 +49,7 @@ static void *world_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     if (ptr != NULL) {
       int t = luna_loop_current_timing(w->loop);
       w->frees[t < 0 ? OUTSIDE : t]++;
-      w->now += FREE_NS;
+      w->now += w->free_ns;
     }
     free(ptr);
     return NULL;
@@ -64,6 +65,7 @@ static void *world_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
 
 static void world_open(world *w) {
   memset(w, 0, sizeof *w);
+  w->free_ns = FREE_NS;
   assert_int_equal(luna_loop_new(NULL, &w->loop), 0);
   assert_int_equal(luna_loop_set_cost_source(w->loop, fake_read, w), 0);
   w->L = lua_newstate(world_alloc, w);
@@ -71,6 +73,17 @@ static void world_open(world *w) {
   assert_int_equal(luna_lua_attach(w->L, w->loop), 0);
   luaL_requiref(w->L, "lunaloop", luaopen_lunaloop, 1);
   lua_setglobal(w->L, "task");
+}
+
+/* Another state on w's loop, allocating through w too (its frees cost
+   time on the fake clock as well). */
+static lua_State *second_state(world *w) {
+  lua_State *L = lua_newstate(world_alloc, w);
+  luaL_openlibs(L);
+  assert_int_equal(luna_lua_attach(L, w->loop), 0);
+  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
+  lua_setglobal(L, "task");
+  return L;
 }
 
 static void world_close(world *w) {
@@ -257,6 +270,41 @@ static void a_full_collect_request_is_served_in_slices(void **state) {
   world_close(&w);
 }
 
+/* Requests of several states without a budget share one slice a frame,
+   so a crowd of mods asking for full collections cannot stretch the frame
+   by a slice each; every request is still served. */
+static void full_collect_requests_of_several_states_share_one_slice(void **state) {
+  world w;
+  lua_State *L[3];
+  luna_lua_gc_options o = {0};
+  luna_lua_gc_stats all, prev;
+  int i, f;
+  (void)state;
+  world_open(&w);
+  w.free_ns = 5; /* steps well below the slice, so the slice is what counts */
+  L[0] = w.L;
+  L[1] = second_state(&w);
+  L[2] = second_state(&w);
+  o.ceiling = (size_t)1 << 30; /* paced without a budget: the pacer's small steps */
+  for (i = 0; i < 3; i++) {
+    assert_int_equal(luna_lua_gc_set(L[i], &o), 0);
+    run(L[i], "collectgarbage('stop') g = {} for i = 1, 100000 do g[i] = {i} end g = nil\n"
+              "after = {}");
+    luna__gc_request_full(luna__get_binding(L[i]));
+  }
+  assert_int_equal(luna_lua_gc_loop_stats(w.loop, &prev), 0);
+  for (f = 0; f < 200 && prev.cycles < 3; f++) {
+    frames(&w, 1);
+    assert_int_equal(luna_lua_gc_loop_stats(w.loop, &all), 0);
+    assert_true(all.time_ns - prev.time_ns <= 1000 * US + 3 * all.longest_step_ns);
+    prev = all;
+  }
+  assert_int_equal(prev.cycles, 3);
+  lua_close(L[1]);
+  lua_close(L[2]);
+  world_close(&w);
+}
+
 /* Two runs of the same program make the same steps and cycles. */
 static void two_runs_make_the_same_step_counts(void **state) {
   luna_lua_gc_stats st[2];
@@ -289,11 +337,7 @@ static void states_on_a_loop_share_its_budget_by_allocation(void **state) {
   luna_lua_gc_stats a, b, all;
   (void)state;
   world_open(&w);
-  L2 = luaL_newstate();
-  luaL_openlibs(L2);
-  assert_int_equal(luna_lua_attach(L2, w.loop), 0);
-  luaL_requiref(L2, "lunaloop", luaopen_lunaloop, 1);
-  lua_setglobal(L2, "task");
+  L2 = second_state(&w);
   start_churn(w.L, 1200, 500);
   start_churn(L2, 300, 500);
   o.budget = 300 * US; /* too little for both: the split shows */
@@ -355,6 +399,7 @@ int main(void) {
       cmocka_unit_test(generational_minor_collections_run_only_at_the_paced_timing),
       cmocka_unit_test(the_ceiling_runs_exactly_one_full_collection),
       cmocka_unit_test(a_full_collect_request_is_served_in_slices),
+      cmocka_unit_test(full_collect_requests_of_several_states_share_one_slice),
       cmocka_unit_test(two_runs_make_the_same_step_counts),
       cmocka_unit_test(states_on_a_loop_share_its_budget_by_allocation),
       cmocka_unit_test(idle_time_goes_to_steps_until_the_cycle_is_done),
