@@ -279,7 +279,7 @@ int luna__cli_repl(int argc, char **argv, int first);
 int luna__cli_mods(int argc, char **argv, int first);
 
 /* The collector pacing every command starts with (docs/frame-time.md,
-   "Without configuration"): incremental steps in the time the driver would
+   "Choosing the settings"): incremental steps in the time the driver would
    sleep before each frame, with Lua's automatic collector left running, so
    a script or mod that sets nothing still has part of its collector's
    work moved out of its frames. Under --fast no frame leaves spare time,
