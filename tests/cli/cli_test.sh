@@ -105,6 +105,26 @@ case_usage_errors() {
 # the clocks count) at both ends, and refuses what lies past them with one
 # message; the REPL's :hz shares the parser and the message
 # (tests/repl: hz_takes_the_range_and_message_of_the_option).
+# Every run starts with the collector paced in the time before each frame
+# (docs/frame-time.md): the loop's settings, not the script's, with Lua's
+# automatic collector left running; --fast leaves no time, so no step runs.
+case_run_paces_the_collector_in_idle_time_by_default() {
+  cat >"$TMP/gc.lua" <<'LUA'
+local task = require "lunaloop"
+local s = task.gc()
+print(s.idle, s.own, s.budget, s.stop_auto, collectgarbage("isrunning"))
+local junk = {}
+for i = 1, 100000 do junk[i] = {i} end
+junk = nil
+task.next_frame()
+task.next_frame()
+print(task.stats().gc.steps)
+LUA
+  ll run --fast "$TMP/gc.lua"
+  expect_status 0
+  expect_stdout "true${T}false${T}0.0${T}false${T}true" "0"
+}
+
 case_hz_range_limits() {
   ll run --fast --frames 1 --hz 1e-9 "$S/ok.lua"
   expect_status 0
