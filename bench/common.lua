@@ -74,6 +74,29 @@ function C.tick(n, spawn, frame, idle)
   return (cpu() - t0) / n
 end
 
+-- W8: the frame-stability workload's measured frames (the full count, or
+-- a small one for bench.quick) and its report. frame_stats(n, costs,
+-- resumes, peak, extra)
+-- prints one "frames" line on stdout from the frame CPU times `costs` (ns):
+-- p50, p99, p99.9 (nearest rank: the 2nd slowest of 2,000) and max, the
+-- mean, resumes per CPU second and the peak of live bytes; extra is text
+-- added to the line. Returns the mean, for the measurement line.
+C.W8_FRAMES = bench.quick and 100 or 2000
+function C.frame_stats(n, costs, resumes, peak, extra)
+  local sorted, total = {}, 0
+  for i = 1, #costs do sorted[i] = costs[i]; total = total + costs[i] end
+  table.sort(sorted)
+  local function rank(p) return sorted[math.max(1, math.ceil(#sorted * p))] end
+  local mean = total / #costs
+  io.write(string.format(
+    "frames impl=%s n=%d frames=%d p50_ns=%.0f p99_ns=%.0f p999_ns=%.0f max_ns=%.0f " ..
+    "mean_ns=%.0f resumes_per_s=%.0f peak_bytes=%d%s\n",
+    bench.impl, n, #costs, rank(0.5), rank(0.99), rank(0.999), sorted[#sorted], mean,
+    resumes / (total / 1e9), peak, extra or ""))
+  io.flush()
+  return mean
+end
+
 -- workloads(W) -> W: each workload returns ns_per_op, bytes_per_task,
 -- allocs_per_op, ops; the host gets the first three and the op count goes
 -- to the LUNA_BENCH_OPS file when that is set.
