@@ -155,54 +155,27 @@ function W.W6_update(n)
   return ns / (n * R), nil, (bench.allocs() - a0) / (n * R), n * R
 end
 
--- W8_frames: frame stability. n tasks in three kinds of await (a third
--- each: task.yield, task.delay of a seeded random time up to 0.1 s,
--- task.wait_until of a predicate true every other frame), each allocating
--- two small tables a resume (one kept until its next resume); after 20
--- warm frames, C.W8_FRAMES frames are timed one by one in process CPU time
--- and the live bytes read after each (C.frame_stats). impl
--- "lunaloop_paced" turns on the collector's pacing (task.gc: incremental
--- steps under a budget at LastTimeUpdate, the automatic collector stopped,
--- a ceiling of 4x the live bytes after the warm frames); without task.gc
--- it prints "pacing: not available" and measures nothing.
+-- W8_frames: frame stability (C.W8) through task.yield, task.delay and
+-- task.wait_until. impl "lunaloop_paced" turns on the collector's pacing
+-- after the warm frames (task.gc: incremental steps under a 4 ms budget at
+-- LastTimeUpdate, the automatic collector stopped, a ceiling of 4x the
+-- live bytes then); without task.gc it prints "pacing: not available" and
+-- measures nothing.
 function W.W8_frames(n)
   local paced = bench.impl == "lunaloop_paced"
   if paced and type(task.gc) ~= "function" then
     io.write("frames impl=lunaloop_paced pacing: not available\n")
     return nil
   end
-  math.randomseed(8)
-  local yield, delay, wait_until = task.yield, task.delay, task.wait_until
-  local resumes, frame = 0, 0
-  local function even() return frame % 2 == 0 end
-  local function body(kind, s)
-    local keep
-    while true do
-      keep = {resumes, {kind}} -- the old one becomes garbage
-      resumes = resumes + 1
-      if kind == 0 then yield() elseif kind == 1 then delay(s) else wait_until(even) end
-    end
-  end
-  for i = 1, n do task.spawn(body, i % 3, math.random() * 0.1) end
-  for _ = 1, 20 do frame = frame + 1; bench.frames(1, DT) end
-  local ceiling
-  if paced then
+  local function pace()
     C.collect()
-    ceiling = 4 * bench.mem()
+    local ceiling = 4 * bench.mem()
     task.gc{budget = 0.004, timing = "LastTimeUpdate", stop_auto = true, ceiling = ceiling}
+    return string.format(" ceiling_bytes=%d", ceiling)
   end
-  local costs, peak, cpu = {}, 0, bench.cpu
-  local r0 = resumes
-  for f = 1, C.W8_FRAMES do
-    frame = frame + 1
-    local t0 = cpu()
-    bench.frames(1, DT)
-    costs[f] = cpu() - t0
-    local m = bench.mem()
-    if m > peak then peak = m end
-  end
-  local mean = C.frame_stats(n, costs, resumes - r0, peak,
-    ceiling and string.format(" ceiling_bytes=%d", ceiling) or "")
+  local mean = C.W8(n, {spawn = task.spawn, yield = task.yield, delay = task.delay,
+    wait_until = task.wait_until, frame = function() bench.frames(1, DT) end,
+    after_warm = paced and pace or nil})
   return mean, nil, nil, C.W8_FRAMES
 end
 

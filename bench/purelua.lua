@@ -205,37 +205,15 @@ function W.W6_update(n)
   return ns / (n * R), nil, (bench.allocs() - a0) / (n * R), n * R
 end
 
--- W8_frames: the workload of bench/lunaloop.lua's W8_frames on this
--- scheduler; wait_until is what a modder writes without one: a loop that
--- yields each frame until the predicate holds.
+-- W8_frames: frame stability (C.W8) on this scheduler; wait_until is what
+-- a modder writes without one: a loop that yields each frame until the
+-- predicate holds.
 function W.W8_frames(n)
-  math.randomseed(8)
   local S = scheduler()
-  local yield, sleep = S.yield, S.sleep
-  local resumes, frame = 0, 0
-  local function even() return frame % 2 == 0 end
-  local function body(kind, s)
-    local keep
-    while true do
-      keep = {resumes, {kind}} -- the old one becomes garbage
-      resumes = resumes + 1
-      if kind == 0 then yield() elseif kind == 1 then sleep(s)
-      else repeat yield() until even() end
-    end
-  end
-  for i = 1, n do S.spawn(body, i % 3, math.random() * 0.1) end
-  for _ = 1, 20 do frame = frame + 1; S.frame(DT) end
-  local costs, peak, cpu = {}, 0, bench.cpu
-  local r0 = resumes
-  for f = 1, C.W8_FRAMES do
-    frame = frame + 1
-    local t0 = cpu()
-    S.frame(DT)
-    costs[f] = cpu() - t0
-    local m = bench.mem()
-    if m > peak then peak = m end
-  end
-  local mean = C.frame_stats(n, costs, resumes - r0, peak)
+  local yield = S.yield
+  local mean = C.W8(n, {spawn = S.spawn, yield = yield, delay = S.sleep,
+    wait_until = function(pred) repeat yield() until pred() end,
+    frame = function() S.frame(DT) end})
   return mean, nil, nil, C.W8_FRAMES
 end
 
