@@ -15,8 +15,8 @@
 **     "spare" (cat "spare") from its end to the next frame's start: the
 **     time the driver slept or did its own work;
 **   - counters ("ph": "C") "tasks" (live tasks, before the frame), and after
-**     it "heap" (bytes the Lua state uses) and "callbacks" (task.on and
-**     task.every callbacks registered on the loop);
+**     it "heap" (bytes the Lua state uses) and "callbacks" (the task.on and
+**     task.every callbacks registered in the state);
 **   - an instant event "deferred" (cat "budget") on a timing's track when
 **     its budget put callback calls off in that frame, with their count.
 ** Events are built and escaped by cJSON and streamed to the file, one per
@@ -375,7 +375,6 @@ static void note_deferred(luna_trace *tr, const luna_loop_stats *st, luna_ns t) 
 void luna__trace_frame_end(luna_trace *tr) {
   luna_ns t = now_ns();
   luna_loop_stats st;
-  size_t items = 0;
   char name[40];
   if (tr->frame_begin == 0)
     return; /* no frame began since tracing did */
@@ -384,13 +383,12 @@ void luna__trace_frame_end(luna_trace *tr) {
   tr->frame_begin = 0;
   tr->frame_end = t;
   luna_loop_get_stats(tr->loop, &st);
-  for (int i = 0; i < LUNA_TIMING_COUNT; i++)
-    items += st.items[i];
   note_deferred(tr, &st, t);
   if (tr->L != NULL)
     counter(tr, "heap", t,
             (double)lua_gc(tr->L, LUA_GCCOUNT, 0) * 1024 + lua_gc(tr->L, LUA_GCCOUNTB, 0));
-  counter(tr, "callbacks", t, (double)items);
+  if (tr->L != NULL)
+    counter(tr, "callbacks", t, (double)luna_lua_callback_count(tr->L));
 }
 
 bool luna__trace_close(luna_trace *tr) {
