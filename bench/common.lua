@@ -74,6 +74,57 @@ function C.tick(n, spawn, frame, idle)
   return (cpu() - t0) / n
 end
 
+-- W8(n, S) -> mean ns per frame: the frame-stability workload on the
+-- scheduler S = {spawn, yield, delay, wait_until, frame, after_warm}. n
+-- tasks in three kinds of await (a third each: yield, delay of a seeded
+-- random time up to 0.1 s, wait_until of a predicate true every other
+-- frame), each allocating two small tables a resume (one kept until its
+-- next resume); after 20 warm frames S.after_warm() (may be nil) runs and
+-- returns text for the report line; then W8_FRAMES frames (100 with
+-- bench.quick) are timed one by one in process CPU time, the live bytes
+-- read after each. Prints one "frames" line on stdout: p50, p99, p99.9
+-- (nearest rank: the 2nd slowest of 2,000) and max, the mean, resumes per
+-- CPU second and the peak of live bytes.
+local W8_FRAMES = bench.quick and 100 or 2000
+C.W8_FRAMES = W8_FRAMES
+function C.W8(n, S)
+  math.randomseed(8)
+  local yield, delay, wait_until = S.yield, S.delay, S.wait_until
+  local resumes, frame = 0, 0
+  local function even() return frame % 2 == 0 end
+  local function body(kind, s)
+    local keep
+    while true do
+      keep = {resumes, {kind}} -- the old one becomes garbage
+      resumes = resumes + 1
+      if kind == 0 then yield() elseif kind == 1 then delay(s) else wait_until(even) end
+    end
+  end
+  for i = 1, n do S.spawn(body, i % 3, math.random() * 0.1) end
+  for _ = 1, 20 do frame = frame + 1; S.frame() end
+  local extra = S.after_warm and S.after_warm() or ""
+  local costs, sorted, peak, total, r0 = {}, {}, 0, 0, resumes
+  for f = 1, W8_FRAMES do
+    frame = frame + 1
+    local t0 = cpu()
+    S.frame()
+    costs[f] = cpu() - t0
+    local m = bench.mem()
+    if m > peak then peak = m end
+  end
+  for i = 1, #costs do sorted[i] = costs[i]; total = total + costs[i] end
+  table.sort(sorted)
+  local function rank(p) return sorted[math.max(1, math.ceil(#sorted * p))] end
+  local mean = total / #costs
+  io.write(string.format(
+    "frames impl=%s n=%d frames=%d p50_ns=%.0f p99_ns=%.0f p999_ns=%.0f max_ns=%.0f " ..
+    "mean_ns=%.0f resumes_per_s=%.0f peak_bytes=%d%s\n",
+    bench.impl, n, #costs, rank(0.5), rank(0.99), rank(0.999), sorted[#sorted], mean,
+    (resumes - r0) / (total / 1e9), peak, extra))
+  io.flush()
+  return mean
+end
+
 -- workloads(W) -> W: each workload returns ns_per_op, bytes_per_task,
 -- allocs_per_op, ops; the host gets the first three and the op count goes
 -- to the LUNA_BENCH_OPS file when that is set.

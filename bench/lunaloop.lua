@@ -155,4 +155,28 @@ function W.W6_update(n)
   return ns / (n * R), nil, (bench.allocs() - a0) / (n * R), n * R
 end
 
+-- W8_frames: frame stability (C.W8) through task.yield, task.delay and
+-- task.wait_until. impl "lunaloop_paced" turns on the collector's pacing
+-- after the warm frames (task.gc: incremental steps under a 4 ms budget at
+-- LastTimeUpdate, the automatic collector stopped, a ceiling of 4x the
+-- live bytes then); without task.gc it prints "pacing: not available" and
+-- measures nothing.
+function W.W8_frames(n)
+  local paced = bench.impl == "lunaloop_paced"
+  if paced and type(task.gc) ~= "function" then
+    io.write("frames impl=lunaloop_paced pacing: not available\n")
+    return nil
+  end
+  local function pace()
+    C.collect()
+    local ceiling = 4 * bench.mem()
+    task.gc{budget = 0.004, timing = "LastTimeUpdate", stop_auto = true, ceiling = ceiling}
+    return string.format(" ceiling_bytes=%d", ceiling)
+  end
+  local mean = C.W8(n, {spawn = task.spawn, yield = task.yield, delay = task.delay,
+    wait_until = task.wait_until, frame = function() bench.frames(1, DT) end,
+    after_warm = paced and pace or nil})
+  return mean, nil, nil, C.W8_FRAMES
+end
+
 return C.workloads(W)

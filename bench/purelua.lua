@@ -205,4 +205,16 @@ function W.W6_update(n)
   return ns / (n * R), nil, (bench.allocs() - a0) / (n * R), n * R
 end
 
+-- W8_frames: frame stability (C.W8) on this scheduler; wait_until is what
+-- a modder writes without one: a loop that yields each frame until the
+-- predicate holds.
+function W.W8_frames(n)
+  local S = scheduler()
+  local yield = S.yield
+  local mean = C.W8(n, {spawn = S.spawn, yield = yield, delay = S.sleep,
+    wait_until = function(pred) repeat yield() until pred() end,
+    frame = function() S.frame(DT) end})
+  return mean, nil, nil, C.W8_FRAMES
+end
+
 return C.workloads(W)

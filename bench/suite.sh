@@ -4,8 +4,10 @@
 # measurement (see bench/bench.h), then, for each collector mode
 # (generational first, as stock lua5.4 runs, then incremental), the ratios
 # against the floors as min median max over the rounds, the targets met or
-# missed, and (full runs) the scaling of W1 and W2_frame with the number of
-# tasks. docs/performance.md explains the output.
+# missed, (full runs) the scaling of W1 and W2_frame with the number of
+# tasks, and W8 frame stability (each frame timed on its own: p50, p99,
+# p99.9 and max against the issue's targets). docs/performance.md explains
+# the output.
 #
 # Every ratio comes from measurements interleaved round by round: within a
 # round, the floor, lunaloop and each peer of a workload run one after the
@@ -77,10 +79,10 @@ note() { printf 'bench: %s\n' "$*" >&2; }
 # Sizes: the full ones, or small ones for the quick mode.
 if [ "$quick" -eq 1 ]; then
   N_W1=200 N_W2=1000 N_STEADY=200 N_FRAME=1000 N_W3=5000 N_TICK=2000 N_W4=1000 N_W5=10000 N_W6=200
-  N_HOSTILE=5
+  N_HOSTILE=5 N_W8=500
 else
   N_W1=10000 N_W2=100000 N_STEADY=10000 N_FRAME=100000 N_W3=1000000 N_TICK=100000 N_W4=100000
-  N_W5=1000000 N_W6=10000 N_HOSTILE=120
+  N_W5=1000000 N_W6=10000 N_HOSTILE=120 N_W8=20000
 fi
 scale_ns=(1000 10000 100000 1000000)
 
@@ -256,6 +258,19 @@ if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$on
   hostile=$("$bin" hostile "$N_HOSTILE") || { note "failed: luna_bench hostile $N_HOSTILE"; failed=1; }
   printf '%s\n' "$hostile"
 fi
+frames=
+if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$only" ] || grep -qE -- "$only" <<<W8_frames; }; then
+  # W8 frame stability: each frame timed on its own, so a distribution, not
+  # a ratio: lunaloop with the collector paced, lunaloop with the stock
+  # collector and the plain-Lua scheduler, one process each, in the stock
+  # (generational) mode; listed at the end.
+  for impl in lunaloop_paced lunaloop purelua; do
+    # shellcheck disable=SC2046
+    out=$(LUNA_BENCH_GC=generational "$bin" $(bench_args "$impl" W8_frames "$N_W8")) ||
+      { note "failed: luna_bench $(bench_args "$impl" W8_frames "$N_W8")"; failed=1; continue; }
+    frames+=$(grep '^frames ' <<<"$out")$'\n'
+  done
+fi
 elapsed=$(($(date +%s) - started))
 
 # ---- the report ------------------------------------------------------------------
@@ -428,6 +443,42 @@ if [ -n "$hostile" ]; then
   echo "hostile mods (bench/hostile.c): the longest frame with four attacking mods, against"
   echo "bound_ms = 4 x the per-mod time budget (each may also finish the C call under way):"
   printf '%s\n' "$hostile" | sed 's/^/  /'
+fi
+if [ -n "$frames" ]; then
+  echo
+  # The targets: with pacing, p99 <= 1.5 x p50, max <= 2.5 x p50, a mean
+  # within 10% of the stock collector's, the peak of live bytes within the
+  # ceiling; the stock collector and the plain-Lua scheduler beside them.
+  printf '%s' "$frames" | awk -v n="$N_W8" '
+    function field(name,   i, kv) {
+      for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] }
+      return ""
+    }
+    /^frames / {
+      im = field("impl"); order[++k] = im
+      if ($0 ~ /pacing: not available/) { na[im] = 1; next }
+      for (j = 1; j <= split("p50_ns p99_ns p999_ns max_ns mean_ns resumes_per_s peak_bytes ceiling_bytes frames", f, " "); j++)
+        v[im, f[j]] = field(f[j])
+    }
+    function judge(ok) { return ok ? "met" : "missed" }
+    END {
+      printf "W8 frame stability: %d tasks, mixed awaits, small allocations per resume, %s frames;\n", n, v["lunaloop", "frames"]
+      printf "frame CPU time in ms (generational mode unless paced):\n"
+      printf "  %-16s %8s %8s %8s %8s %8s %12s %10s\n", "impl", "p50", "p99", "p99.9", "max", "mean", "resumes/s", "peak MiB"
+      for (i = 1; i <= k; i++) {
+        im = order[i]
+        if (im in na) { printf "  %-16s pacing: not available (no task.gc in this build)\n", im; continue }
+        printf "  %-16s %8.2f %8.2f %8.2f %8.2f %8.2f %12.0f %10.1f\n", im, v[im, "p50_ns"] / 1e6, v[im, "p99_ns"] / 1e6,
+          v[im, "p999_ns"] / 1e6, v[im, "max_ns"] / 1e6, v[im, "mean_ns"] / 1e6, v[im, "resumes_per_s"], v[im, "peak_bytes"] / 1048576
+      }
+      p = "lunaloop_paced"
+      if (p in na || !((p, "p50_ns") in v)) { print "  targets: not judged (pacing not available)"; exit }
+      p50 = v[p, "p50_ns"]
+      printf "  target p99 <= 1.5x p50 (paced): %s (%.2fx; stock %.2fx)\n", judge(v[p, "p99_ns"] <= 1.5 * p50), v[p, "p99_ns"] / p50, v["lunaloop", "p99_ns"] / v["lunaloop", "p50_ns"]
+      printf "  target max <= 2.5x p50 (paced): %s (%.2fx; stock %.2fx)\n", judge(v[p, "max_ns"] <= 2.5 * p50), v[p, "max_ns"] / p50, v["lunaloop", "max_ns"] / v["lunaloop", "p50_ns"]
+      printf "  target mean within 10%% of stock: %s (%.2fx)\n", judge(v[p, "mean_ns"] <= 1.1 * v["lunaloop", "mean_ns"]), v[p, "mean_ns"] / v["lunaloop", "mean_ns"]
+      printf "  target peak heap within the ceiling: %s (%.1f of %.1f MiB)\n", judge(v[p, "peak_bytes"] <= v[p, "ceiling_bytes"]), v[p, "peak_bytes"] / 1048576, v[p, "ceiling_bytes"] / 1048576
+    }'
 fi
 echo
 note "suite finished in ${elapsed}s"

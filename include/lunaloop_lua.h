@@ -144,10 +144,32 @@ typedef struct luna_lua_observer {
   void *ud;
 } luna_lua_observer;
 
-/* Installs `observer` (copied) on L's binding, replacing the previous one;
-   NULL removes it. One observer per state. Without an observer a resume
-   costs one NULL check. Returns 0, LUNA_EINVAL when L has no binding,
-   LUNA_ENOMEM. */
+/* Adds `observer` (copied) to L's binding and stores its id in *id (never
+   0), for luna_lua_remove_observer. Observers are independent: a profiler,
+   a tracer and a mod's budget may all watch one state, each is called in
+   the order it was added (an id freed by a removal may be reused for its
+   place), and each pair of resume_begin/resume_end reaches every observer
+   installed for the whole resume. With no observer installed a resume costs
+   one flag test; with some, one indirect call per installed callback.
+   Adding from inside an observer callback is allowed (the new one may be
+   called for the event under way). Loop thread. Returns 0, LUNA_EINVAL (L
+   has no binding, NULL observer or id), LUNA_ESTATE (the state is
+   closing), LUNA_ENOMEM (the array of observers could not grow; nothing
+   added). */
+LUNA_API int luna_lua_add_observer(lua_State *L, const luna_lua_observer *observer,
+                                   uint32_t *id);
+
+/* Removes the observer `id` returned by luna_lua_add_observer: from the
+   next event on it is not called (a callback may remove its own observer).
+   Loop thread. Returns 0, LUNA_EINVAL (L has no binding), LUNA_ENOENT (no
+   observer has that id: removed already, or never added). */
+LUNA_API int luna_lua_remove_observer(lua_State *L, uint32_t id);
+
+/* The one-observer form: installs `observer` as luna_lua_add_observer
+   would, first removing the observer this function installed before; NULL
+   only removes it. Observers added with luna_lua_add_observer are left
+   alone. Returns 0, LUNA_EINVAL when L has no binding, LUNA_ESTATE,
+   LUNA_ENOMEM (then the previous one stays removed). */
 LUNA_API int luna_lua_set_observer(lua_State *L, const luna_lua_observer *observer);
 
 /* Task resumes per timing in the current frame of L's binding (what

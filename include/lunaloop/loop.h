@@ -237,6 +237,21 @@ LUNA_API bool luna_loop_idle(luna_loop *loop);
 LUNA_API int luna_loop_set_profiling(luna_loop *loop, bool on);
 LUNA_API bool luna_loop_profiling(const luna_loop *loop);
 
+/* Frames kept by the frame-cost history (luna_loop_frame_costs). */
+#define LUNA_FRAME_HISTORY 128
+
+/* The cost of each of the last frames that were profiled, oldest first:
+   writes to out[0..] up to n values (at most LUNA_FRAME_HISTORY), each the
+   cost-clock ns spent in `timing`'s runs during one frame, or with timing
+   -1 in all of that frame's runs (time outside the runs, such as the host
+   hook between a pair, is not counted). A frame is recorded when it ends
+   (luna_loop_frame) or, for a host that runs the timings itself, when the
+   next begins; frames with profiling off are not recorded, so the history
+   is the last profiled frames. Reads no clock. Returns the values written;
+   0 for a NULL loop or out, or a timing that is neither -1 nor valid.
+   Loop thread. */
+LUNA_API size_t luna_loop_frame_costs(const luna_loop *loop, int timing, luna_ns *out, size_t n);
+
 /* ---- one-shot continuations --------------------------------------------- */
 
 /* A one-shot callback. `loop` is the loop running it. */

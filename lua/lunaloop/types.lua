@@ -169,6 +169,17 @@ function Channel:is_closed() end
 ---@field dropped_fixed_steps integer
 ---@field outside_resumes integer
 ---@field timings table<lunaloop.Timing, lunaloop.TimingStats>
+---@field frames lunaloop.FrameStats the last profiled frames' cost
+
+---Seconds of the last profiled frames (at most 128; nearest rank).
+---@class lunaloop.FrameCost
+---@field p50 number?
+---@field p99 number?
+---@field max number?
+
+---@class lunaloop.FrameStats: lunaloop.FrameCost
+---@field count integer frames counted (0: none was profiled; no other field)
+---@field timings table<lunaloop.Timing, lunaloop.FrameCost>?
 
 ---The lunaloop module: `local task = require "lunaloop"`.
 ---@class lunaloop

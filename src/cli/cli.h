@@ -203,19 +203,16 @@ typedef struct luna_trace luna_trace;
    NULL after printing why on stderr. */
 luna_trace *luna__trace_open(const char *path);
 const char *luna__trace_path(const luna_trace *tr);
-/* Traces every task resume of L from now on (installs L's observer);
-   0 or a LUNA_E* code. */
+/* Traces every task resume of L from now on (adds an observer to L, which
+   luna__trace_close removes: close the trace before the state); 0 or a
+   LUNA_E* code. */
 int luna__trace_attach(luna_trace *tr, struct lua_State *L);
-/* Stops observing L (removes its observer). */
-void luna__trace_detach(struct lua_State *L);
-/* For a host with an observer of its own (the REPL's, one per state): fills
-   *obs with what luna__trace_attach would install, to be called from that
-   observer's callbacks. */
-struct luna_lua_observer;
-void luna__trace_observer(luna_trace *tr, struct lua_State *L, struct luna_lua_observer *obs);
-/* A frame marker and the count of live tasks: call right before running
+/* The frame marker and the count of live tasks: call right before running
    frame number `frame`. */
 void luna__trace_frame(luna_trace *tr, uint64_t frame, size_t tasks);
+/* The frame's slice, its budget deferrals and the counters: call right
+   after the frame luna__trace_frame announced. */
+void luna__trace_frame_end(luna_trace *tr);
 /* Ends the JSON array and closes the file (NULL is ignored). Returns false,
    after saying so on stderr, when anything could not be written. */
 bool luna__trace_close(luna_trace *tr);

@@ -146,7 +146,7 @@ static int open_session(void) {
     fprintf(stderr, LUNA_PROGNAME ": %s\n", lua_tostring(R.L, -1));
     return LUNA_EXIT_ERROR;
   }
-  /* The REPL's observer is installed for good; it calls the trace's. */
+  /* The REPL's observer is installed for good; a trace adds its own. */
   if (!luna__repl_observe()) {
     fprintf(stderr, LUNA_PROGNAME ": cannot observe the Lua state\n");
     return LUNA_EXIT_ERROR;

@@ -85,7 +85,8 @@ void luna__repl_on_ctrl_c(void);
 /* Installs the REPL's observer on R.L; false when it cannot. */
 bool luna__repl_observe(void);
 /* Traces from now on into tr (NULL: stops; the caller closes the old
-   trace). */
+   trace first, which removes its observer). A trace that cannot observe
+   the state is closed, after saying so, and R.trace stays NULL. */
 void luna__repl_use_trace(luna_trace *tr);
 /* Brackets code that the REPL runs on the user's behalf (a chunk starting,
    the final cancellation): Ctrl-C interrupts the tasks it runs. */

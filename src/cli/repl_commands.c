@@ -154,6 +154,46 @@ static void cmd_cancel(const command *cmd, char *arg) {
   lua_pop(R.L, 1);
 }
 
+/* Bars of the :frames chart are at most this many characters wide: with
+   the value before them a row fits in 60 columns. */
+#define FRAMES_BAR 40
+/* Rows :frames draws without an argument. */
+#define FRAMES_DEFAULT 20
+
+/* :frames [N]: the cost of the last N profiled frames (luna_loop_frame_costs
+   with timing -1), oldest first, one row each: the milliseconds and a bar
+   scaled to the longest frame shown. */
+static void cmd_frames(const command *cmd, char *arg) {
+  long long want = FRAMES_DEFAULT;
+  luna_ns costs[LUNA_FRAME_HISTORY], longest = 0;
+  char bars[FRAMES_BAR];
+  size_t n;
+  if (*arg != '\0' && (!luna__cli_parse_integer(arg, false, &want) || want < 1)) {
+    bad_value(cmd, arg, LUNA__CLI_EXPECT_COUNT);
+    return;
+  }
+  if (want > LUNA_FRAME_HISTORY)
+    want = LUNA_FRAME_HISTORY;
+  n = luna_loop_frame_costs(R.loop, -1, costs, (size_t)want);
+  if (n == 0) {
+    luna__repl_printf(stdout, "no profiled frames (task.debug{profile = true} records them)\n");
+    return;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (costs[i] > longest)
+      longest = costs[i];
+  memset(bars, '#', sizeof bars);
+  luna__repl_out_begin();
+  printf("last %zu profiled frames, ms of CPU time, oldest first:\n", n);
+  for (size_t i = 0; i < n; i++) {
+    /* Rounded up, so a frame that cost anything has a bar. */
+    int bar = longest > 0 ? (int)((costs[i] * FRAMES_BAR + longest - 1) / longest) : 0;
+    printf("  %9.3f |%.*s\n", (double)costs[i] / 1e6, bar, bars);
+  }
+  luna__repl_set_line_start();
+  luna__repl_out_end();
+}
+
 static void cmd_load(const command *cmd, char *arg) {
   if (!luna__repl_run_file(arg))
     usage(cmd);
@@ -202,6 +242,8 @@ static const command commands[] = {
   {"timescale", "", "[X]", "show or set the time scale\n"
                            "(X: " LUNA__CLI_EXPECT_TIME_SCALE ")", cmd_timescale},
   {"hz", "", "N", "set the frame rate (N: " LUNA__CLI_EXPECT_RATE ")", cmd_hz},
+  {"frames", "", "[N]", "chart the cost of the last N profiled frames (default\n"
+                        "20, at most 128; task.debug{profile = true} records)", cmd_frames},
   {"cancel", "", "ID", "cancel the task with that id (see :tasks)", cmd_cancel},
   {"load", "", "FILE [&]", "run a Lua file as a task", cmd_load},
   {"bg", "", "CODE", "run CODE in the background", cmd_bg},

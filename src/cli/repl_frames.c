@@ -62,6 +62,8 @@ void luna__repl_run_frame(luna_ns dt) {
   luna__repl_frame_begin();
   int rc = luna_loop_frame_ns(R.loop, dt);
   uint64_t hit = luna__repl_frame_end();
+  if (R.trace != NULL)
+    luna__trace_frame_end(R.trace);
   if (rc < 0 && rc != LUNA_ESTOPPED)
     luna__repl_printf(stderr, LUNA_PROGNAME ": frame failed: %s\n", luna_strerror(rc));
   /* A callback or predicate that was hit reported its "interrupted"

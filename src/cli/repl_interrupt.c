@@ -10,8 +10,8 @@
 **
 ** It owns the flags the handler reads: whether the REPL calls Lua itself,
 ** whether a frame runs, which tasks are being resumed (kept by the REPL's
-** observer of its state, which also serves the chunk being started and the
-** trace). Includes repl.h (cli.h), lunaloop_lua.h and Lua.
+** observer of its state, which also serves the chunk being started; the
+** trace adds an observer of its own). Includes repl.h (cli.h), lunaloop_lua.h and Lua.
 */
 #include <signal.h>
 #include <string.h>
@@ -39,8 +39,6 @@ static uint64_t frame_hit_id;
 #define RESUMED_MAX 64
 static uint64_t resumed_ids[RESUMED_MAX];
 static volatile sig_atomic_t resumed_depth;
-/* The trace's observer, called from the REPL's own. */
-static luna_lua_observer trace_obs;
 
 /* Raises "interrupted" in the REPL's own thread once (see on_ctrl_c). */
 static void main_interrupt_hook(lua_State *L, lua_Debug *ar) {
@@ -134,8 +132,6 @@ void luna__repl_handle_ctrl_c(void) {
 static void on_task_created(void *ud, const luna_lua_task_event *ev) {
   (void)ud;
   luna__repl_task_created(ev->id);
-  if (trace_obs.task_created != NULL)
-    trace_obs.task_created(trace_obs.ud, ev);
 }
 
 static void on_resume_begin(void *ud, const luna_lua_task_event *ev) {
@@ -146,8 +142,6 @@ static void on_resume_begin(void *ud, const luna_lua_task_event *ev) {
   resumed_depth = depth + 1;
   if (ev->id == luna__repl_fg_id())
     fg_resumed = 1;
-  if (trace_obs.resume_begin != NULL)
-    trace_obs.resume_begin(trace_obs.ud, ev);
 }
 
 static void on_resume_end(void *ud, const luna_lua_task_event *ev) {
@@ -156,18 +150,19 @@ static void on_resume_end(void *ud, const luna_lua_task_event *ev) {
     fg_resumed = 0;
   if (resumed_depth > 0)
     resumed_depth--;
-  if (trace_obs.resume_end != NULL)
-    trace_obs.resume_end(trace_obs.ud, ev);
 }
 
 bool luna__repl_observe(void) {
   luna_lua_observer obs = {on_task_created, on_resume_begin, on_resume_end, NULL};
-  return luna_lua_set_observer(R.L, &obs) >= 0;
+  uint32_t id;
+  return luna_lua_add_observer(R.L, &obs, &id) == 0;
 }
 
 void luna__repl_use_trace(luna_trace *tr) {
   R.trace = tr;
-  memset(&trace_obs, 0, sizeof trace_obs);
-  if (tr != NULL)
-    luna__trace_observer(tr, R.L, &trace_obs);
+  if (tr != NULL && luna__trace_attach(tr, R.L) != 0) {
+    luna__repl_printf(stderr, LUNA_PROGNAME ": cannot observe the Lua state for the trace\n");
+    luna__trace_close(tr);
+    R.trace = NULL;
+  }
 }

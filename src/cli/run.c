@@ -66,6 +66,8 @@ static stop_reason drive(lua_State *L, luna_loop *loop, const luna_run_options *
     /* LUNA_ESTOPPED means task.exit stopped the frame: the checks above see
        the request. */
     int rc = luna_driver_frame(&driver);
+    if (trace != NULL)
+      luna__trace_frame_end(trace);
     /* An interrupt raised in this frame has unwound what it hit; the
        cancellations that follow must run their cleanup normally. */
     luna_lua_interrupt_clear();
@@ -123,7 +125,6 @@ static int run_script(lua_State *L, luna_loop *loop, const luna_run_options *o,
   luna_lua_cancel_all(L);
   status = exit_status(L, why);
   if (trace != NULL) {
-    luna__trace_detach(L);
     if (!luna__trace_close(trace) && status == LUNA_EXIT_OK)
       status = LUNA_EXIT_ERROR;
   }

@@ -2,12 +2,23 @@
 ** trace.c: `--trace FILE` for run and repl. Writes a Chrome trace event file
 ** (the JSON array format, which Perfetto and chrome://tracing open):
 **   - metadata naming the process and one track (tid) per timing, tid =
-**     the timing's value, plus tid 16 for resumes outside any run (the
-**     main chunk and REPL input, started by the host);
-**   - one complete event ("ph": "X") per task resume, named after the task
-**     (t.name, or #id), with ts/dur in microseconds on CLOCK_MONOTONIC from
-**     the moment the trace began;
-**   - per frame, a global instant event "frame" and a counter "tasks".
+**     the timing's value, tid 16 for resumes outside any run (the main
+**     chunk and REPL input, started by the host) and tid 17 for frames;
+**   - one complete event ("ph": "X", "cat": "task") per task resume, named
+**     after the task (t.name, or #id), with ts/dur in microseconds on
+**     CLOCK_MONOTONIC from the moment the trace began;
+**   - a flow arrow ("ph": "s" in the spawning resume, "f" at the first
+**     resume of the task it created, "cat": "spawn", id = the new task's
+**     id) from each task to the tasks it spawned;
+**   - per frame, a global instant event "frame", a slice "frame N" (cat
+**     "frame") on the frames track from its start to its end and a slice
+**     "spare" (cat "spare") from its end to the next frame's start: the
+**     time the driver slept or did its own work;
+**   - counters ("ph": "C") "tasks" (live tasks, before the frame), and after
+**     it "heap" (bytes the Lua state uses) and "callbacks" (the task.on and
+**     task.every callbacks registered in the state);
+**   - an instant event "deferred" (cat "budget") on a timing's track when
+**     its budget put callback calls off in that frame, with their count.
 ** Events are built and escaped by cJSON and streamed to the file, one per
 ** line inside the array, so memory stays bounded however long the run. The
 ** file is not: a run that never ends would fill the disk (a user found 18
@@ -22,12 +33,15 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
+#include <lua.h>
 
 #include "cli.h"
 #include "lunaloop_lua.h"
 
 /* The tid of resumes that happen outside any timing's run. */
 #define HOST_TID LUNA_TIMING_COUNT
+/* The tid of the frames and the spare time between them. */
+#define FRAME_TID (LUNA_TIMING_COUNT + 1)
 /* Bytes of events after which a trace records nothing more (see above). */
 #define TRACE_LIMIT ((long long)1 << 30)
 
@@ -41,10 +55,27 @@ struct luna_trace {
   long long limit;  /* TRACE_LIMIT or LUNALOOP_TRACE_LIMIT; 0: none */
   luna_ns origin;   /* CLOCK_MONOTONIC when the trace began */
   luna_loop *loop;  /* for the frame number of each slice */
-  /* Begin times of the resumes in progress: resumes nest (a task that
-     spawns another runs it inside its own resume) and pair up. */
-  luna_ns *stack;
+  lua_State *L;     /* the state observed, or NULL */
+  uint32_t observer; /* its observer's id (luna_lua_add_observer) */
+  /* The resumes in progress: resumes nest (a task that spawns another runs
+     it inside its own resume) and pair up. */
+  struct resume {
+    luna_ns begin;
+    uint64_t id;
+  } *stack;
   size_t depth, cap;
+  /* Tasks created inside another task's resume that have not run yet: the
+     flow arrow from their creator ends at their first resume. Ids grow, so
+     the array is sorted; a task that started is set to 0, and the zeros
+     before `head` are skipped (most tasks start in creation order). */
+  struct {
+    uint64_t *id;
+    size_t head, count, cap;
+  } unstarted;
+  /* The frame in progress and the end of the last one (0: none yet). */
+  uint64_t frame;
+  luna_ns frame_begin, frame_end;
+  uint64_t deferred[LUNA_TIMING_COUNT]; /* luna_loop_stats.deferred so far */
 };
 
 static luna_ns now_ns(void) {
@@ -136,8 +167,10 @@ luna_trace *luna__trace_open(const char *path) {
   }
   fputs("[\n", tr->f);
   metadata(tr, "process_name", 0, "name", LUNA_PROGNAME, 0);
-  for (int t = 0; t <= HOST_TID; t++) {
-    const char *name = t < HOST_TID ? luna_timing_name(t) : "host (outside any timing)";
+  for (int t = 0; t <= FRAME_TID; t++) {
+    const char *name = t < HOST_TID    ? luna_timing_name(t)
+                       : t == HOST_TID ? "host (outside any timing)"
+                                       : "frames";
     metadata(tr, "thread_name", t, "name", name, 0);
     metadata(tr, "thread_sort_index", t, "sort_index", NULL, t);
   }
@@ -148,21 +181,89 @@ const char *luna__trace_path(const luna_trace *tr) {
   return tr->path;
 }
 
+/* Appends x to a growing array of n elements of `size` bytes; false (and
+   the trace marked failed) when it cannot grow. */
+static bool grow(luna_trace *tr, void **a, size_t *cap, size_t n, size_t size) {
+  size_t c;
+  void *p;
+  if (n < *cap)
+    return true;
+  c = *cap ? *cap * 2 : 16;
+  if ((p = realloc(*a, c * size)) == NULL) {
+    tr->failed = true;
+    return false;
+  }
+  *a = p;
+  *cap = c;
+  return true;
+}
+
+/* A flow event of the arrow from a creator to task `id`: "s" where it
+   starts, "f" (bound to the slice that encloses it) where it ends. */
+static void flow(luna_trace *tr, const char *ph, int tid, uint64_t id, luna_ns t) {
+  cJSON *e = event("spawn", ph, tid);
+  if (e == NULL) {
+    tr->failed = true;
+    return;
+  }
+  cJSON_AddStringToObject(e, "cat", "spawn");
+  cJSON_AddNumberToObject(e, "id", (double)id);
+  cJSON_AddNumberToObject(e, "ts", micros(tr, t));
+  if (ph[0] == 'f')
+    cJSON_AddStringToObject(e, "bp", "e");
+  emit(tr, e);
+}
+
+static int tid_of(const luna_lua_task_event *ev) {
+  return ev->timing >= 0 ? ev->timing : HOST_TID;
+}
+
+/* A task was created: inside a resume, the arrow from its creator starts. */
+static void task_created(void *ud, const luna_lua_task_event *ev) {
+  luna_trace *tr = ud;
+  if (tr->depth == 0 || tr->depth > tr->cap)
+    return; /* created by the host, or inside a resume that was not stored */
+  if (!grow(tr, (void **)&tr->unstarted.id, &tr->unstarted.cap, tr->unstarted.count,
+            sizeof *tr->unstarted.id))
+    return;
+  tr->unstarted.id[tr->unstarted.count++] = ev->id;
+  flow(tr, "s", tid_of(ev), ev->id, now_ns());
+}
+
+/* True, once, when task id was waiting for its first resume. */
+static bool take_unstarted(luna_trace *tr, uint64_t id) {
+  size_t lo = tr->unstarted.head, hi = tr->unstarted.count;
+  uint64_t *a = tr->unstarted.id;
+  while (lo < hi) { /* the zeros of started tasks are skipped around */
+    size_t mid = lo + (hi - lo) / 2, m = mid;
+    while (m < hi && a[m] == 0)
+      m++;
+    if (m == hi || a[m] > id) {
+      hi = mid;
+    } else if (a[m] < id) {
+      lo = m + 1;
+    } else {
+      a[m] = 0;
+      while (tr->unstarted.head < tr->unstarted.count && a[tr->unstarted.head] == 0)
+        tr->unstarted.head++;
+      if (tr->unstarted.head == tr->unstarted.count)
+        tr->unstarted.head = tr->unstarted.count = 0;
+      return true;
+    }
+  }
+  return false;
+}
+
 static void resume_begin(void *ud, const luna_lua_task_event *ev) {
   luna_trace *tr = ud;
-  (void)ev;
-  if (tr->depth == tr->cap) {
-    size_t cap = tr->cap ? tr->cap * 2 : 16;
-    luna_ns *s = realloc(tr->stack, cap * sizeof *s);
-    if (s == NULL) {
-      tr->failed = true;
-      tr->depth++; /* keep begin/end paired; this slice is lost */
-      return;
-    }
-    tr->stack = s;
-    tr->cap = cap;
+  luna_ns t = now_ns();
+  if (tr->unstarted.count > 0 && take_unstarted(tr, ev->id))
+    flow(tr, "f", tid_of(ev), ev->id, t);
+  if (!grow(tr, (void **)&tr->stack, &tr->cap, tr->depth, sizeof *tr->stack)) {
+    tr->depth++; /* keep begin/end paired; this slice is lost */
+    return;
   }
-  tr->stack[tr->depth++] = now_ns();
+  tr->stack[tr->depth++] = (struct resume){t, ev->id};
 }
 
 static void resume_end(void *ud, const luna_lua_task_event *ev) {
@@ -174,11 +275,10 @@ static void resume_end(void *ud, const luna_lua_task_event *ev) {
     return; /* tracing began inside this resume: no begin to pair with */
   if (--tr->depth >= tr->cap)
     return; /* its begin could not be stored */
-  begin = tr->stack[tr->depth];
+  begin = tr->stack[tr->depth].begin;
   if (ev->name == NULL)
     snprintf(label, sizeof label, "#%llu", (unsigned long long)ev->id);
-  e = event(ev->name != NULL ? ev->name : label, "X",
-            ev->timing >= 0 ? ev->timing : HOST_TID);
+  e = event(ev->name != NULL ? ev->name : label, "X", tid_of(ev));
   if (e == NULL) {
     tr->failed = true;
     return;
@@ -195,27 +295,51 @@ static void resume_end(void *ud, const luna_lua_task_event *ev) {
   emit(tr, e);
 }
 
-void luna__trace_observer(luna_trace *tr, lua_State *L, luna_lua_observer *obs) {
-  tr->loop = luna_lua_loop(L);
-  obs->task_created = NULL;
-  obs->resume_begin = resume_begin;
-  obs->resume_end = resume_end;
-  obs->ud = tr;
-}
-
 int luna__trace_attach(luna_trace *tr, lua_State *L) {
-  luna_lua_observer obs;
-  luna__trace_observer(tr, L, &obs);
-  return luna_lua_set_observer(L, &obs);
+  luna_lua_observer obs = {task_created, resume_begin, resume_end, tr};
+  int rc = luna_lua_add_observer(L, &obs, &tr->observer);
+  if (rc == 0) {
+    tr->L = L;
+    tr->loop = luna_lua_loop(L);
+  }
+  return rc;
 }
 
-void luna__trace_detach(lua_State *L) {
-  luna_lua_set_observer(L, NULL);
+/* A slice on the frames track from t0 to t1. */
+static void frame_slice(luna_trace *tr, const char *name, const char *cat, luna_ns t0,
+                        luna_ns t1) {
+  cJSON *e = event(name, "X", FRAME_TID);
+  if (e == NULL) {
+    tr->failed = true;
+    return;
+  }
+  cJSON_AddStringToObject(e, "cat", cat);
+  cJSON_AddNumberToObject(e, "ts", micros(tr, t0));
+  cJSON_AddNumberToObject(e, "dur", (double)(t1 - t0) / 1000.0);
+  emit(tr, e);
+}
+
+/* A counter event: {"name": name, "ph": "C", "args": {name: value}}. */
+static void counter(luna_trace *tr, const char *name, luna_ns t, double value) {
+  cJSON *e = event(name, "C", 0), *args;
+  if (e == NULL) {
+    tr->failed = true;
+    return;
+  }
+  cJSON_AddNumberToObject(e, "ts", micros(tr, t));
+  args = cJSON_AddObjectToObject(e, "args");
+  if (args != NULL)
+    cJSON_AddNumberToObject(args, name, value);
+  emit(tr, e);
 }
 
 void luna__trace_frame(luna_trace *tr, uint64_t frame, size_t tasks) {
   luna_ns t = now_ns();
   cJSON *ev = event("frame", "i", 0), *args;
+  if (tr->frame_end != 0)
+    frame_slice(tr, "spare", "spare", tr->frame_end, t);
+  tr->frame = frame;
+  tr->frame_begin = t;
   if (ev == NULL) {
     tr->failed = true;
     return;
@@ -226,22 +350,53 @@ void luna__trace_frame(luna_trace *tr, uint64_t frame, size_t tasks) {
   if (args != NULL)
     cJSON_AddNumberToObject(args, "frame", (double)frame);
   emit(tr, ev);
-  ev = event("tasks", "C", 0);
-  if (ev == NULL) {
-    tr->failed = true;
-    return;
+  counter(tr, "tasks", t, (double)tasks);
+}
+
+/* Instant events for the callback calls each timing's budget put off in
+   the frame that ended (the growth of luna_loop_stats.deferred). */
+static void note_deferred(luna_trace *tr, const luna_loop_stats *st, luna_ns t) {
+  for (int i = 0; i < LUNA_TIMING_COUNT; i++) {
+    uint64_t n = st->deferred[i] - tr->deferred[i];
+    cJSON *e, *args;
+    tr->deferred[i] = st->deferred[i];
+    if (n == 0 || (e = event("deferred", "i", i)) == NULL)
+      continue;
+    cJSON_AddStringToObject(e, "cat", "budget");
+    cJSON_AddStringToObject(e, "s", "t");
+    cJSON_AddNumberToObject(e, "ts", micros(tr, t));
+    args = cJSON_AddObjectToObject(e, "args");
+    if (args != NULL)
+      cJSON_AddNumberToObject(args, "callbacks", (double)n);
+    emit(tr, e);
   }
-  cJSON_AddNumberToObject(ev, "ts", micros(tr, t));
-  args = cJSON_AddObjectToObject(ev, "args");
-  if (args != NULL)
-    cJSON_AddNumberToObject(args, "tasks", (double)tasks);
-  emit(tr, ev);
+}
+
+void luna__trace_frame_end(luna_trace *tr) {
+  luna_ns t = now_ns();
+  luna_loop_stats st;
+  char name[40];
+  if (tr->frame_begin == 0)
+    return; /* no frame began since tracing did */
+  snprintf(name, sizeof name, "frame %llu", (unsigned long long)tr->frame);
+  frame_slice(tr, name, "frame", tr->frame_begin, t);
+  tr->frame_begin = 0;
+  tr->frame_end = t;
+  luna_loop_get_stats(tr->loop, &st);
+  note_deferred(tr, &st, t);
+  if (tr->L != NULL)
+    counter(tr, "heap", t,
+            (double)lua_gc(tr->L, LUA_GCCOUNT, 0) * 1024 + lua_gc(tr->L, LUA_GCCOUNTB, 0));
+  if (tr->L != NULL)
+    counter(tr, "callbacks", t, (double)luna_lua_callback_count(tr->L));
 }
 
 bool luna__trace_close(luna_trace *tr) {
   bool ok;
   if (tr == NULL)
     return true;
+  if (tr->L != NULL)
+    luna_lua_remove_observer(tr->L, tr->observer);
   fputs("\n]\n", tr->f);
   ok = !tr->failed && !ferror(tr->f);
   if (fclose(tr->f) != 0)
@@ -249,6 +404,7 @@ bool luna__trace_close(luna_trace *tr) {
   if (!ok)
     fprintf(stderr, LUNA_PROGNAME ": writing the trace %s failed\n", tr->path);
   free(tr->stack);
+  free(tr->unstarted.id);
   free(tr->path);
   free(tr);
   return ok;

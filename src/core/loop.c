@@ -199,8 +199,12 @@ static int run_timing(luna_loop *loop, int timing) {
   if (timing == LUNA_LAST_FIXED_UPDATE)
     loop->v.in_fixed_step = false;
   loop->runs[timing]++;
-  if (profiling)
-    loop->spent[timing] += loop->runner.cost_fn(loop->runner.cost_ud) - began;
+  if (profiling) {
+    luna_ns cost = loop->runner.cost_fn(loop->runner.cost_ud) - began;
+    loop->spent[timing] += cost;
+    loop->history.current[timing] += cost;
+    loop->history.measured = true;
+  }
   if (stopped || loop->stop) {
     loop->stop = false;
     return LUNA_ESTOPPED;
@@ -225,6 +229,20 @@ static int run_pair(luna_loop *loop, int timing) {
 
 /* ---- driving the frame --------------------------------------------------- */
 
+/* Ends the frame's record: when a run of it was profiled, its costs join
+   the history ring (the oldest frame drops out). Called at the end of
+   luna_loop_frame_ns and at each begin_frame, so a host that drives the
+   timings itself (begin_frame, then luna_loop_run) is recorded too. */
+static void record_frame(luna_loop *loop) {
+  if (!loop->history.measured)
+    return;
+  memcpy(loop->history.ring[loop->history.recorded % LUNA_FRAME_HISTORY],
+         loop->history.current, sizeof loop->history.current);
+  memset(loop->history.current, 0, sizeof loop->history.current);
+  loop->history.recorded++;
+  loop->history.measured = false;
+}
+
 int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt) {
   luna_ns scaled, steps;
   if (loop == NULL || dt < 0)
@@ -236,6 +254,7 @@ int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt) {
   scaled = luna__scale_ns(dt, loop->time_scale);
   if (scaled > LUNA_CLOCK_MAX - loop->clocks.scaled)
     return LUNA_ERANGE;
+  record_frame(loop);
   loop->v.frame++;
   loop->unscaled_delta = dt;
   loop->v.delta = scaled;
@@ -289,6 +308,7 @@ int luna_loop_frame_ns(luna_loop *loop, luna_ns dt) {
     }
   }
   loop->in_frame = false;
+  record_frame(loop);
   return rc;
 }
 
@@ -493,6 +513,30 @@ int luna_loop_set_profiling(luna_loop *loop, bool on) {
 }
 
 bool luna_loop_profiling(const luna_loop *loop) { return loop != NULL && loop->profiling; }
+
+size_t luna_loop_frame_costs(const luna_loop *loop, int timing, luna_ns *out, size_t n) {
+  uint64_t have, first, f;
+  size_t i = 0;
+  if (loop == NULL || out == NULL || timing < -1 || timing >= LUNA_TIMING_COUNT)
+    return 0;
+  have = loop->history.recorded < LUNA_FRAME_HISTORY ? loop->history.recorded
+                                                     : LUNA_FRAME_HISTORY;
+  if (n < have)
+    have = n;
+  first = loop->history.recorded - have;
+  for (f = first; f < loop->history.recorded; f++) {
+    const luna_ns *row = loop->history.ring[f % LUNA_FRAME_HISTORY];
+    luna_ns sum = 0;
+    if (timing >= 0) {
+      sum = row[timing];
+    } else {
+      for (int t = 0; t < LUNA_TIMING_COUNT; t++)
+        sum += row[t];
+    }
+    out[i++] = sum;
+  }
+  return i;
+}
 
 int luna_loop_set_cost_source(luna_loop *loop, luna_time_fn fn, void *ud) {
   if (loop == NULL)

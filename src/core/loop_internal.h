@@ -67,6 +67,15 @@ struct luna_loop {
      a run then costs one branch. */
   bool profiling;
   luna_ns spent[LUNA_TIMING_COUNT];  /* cost-clock ns spent in each timing */
+  /* The last LUNA_FRAME_HISTORY frames' costs per timing, measured by the
+     same reads as spent[] (no clock read of their own), for
+     luna_loop_frame_costs: 128 frames of 16 timings are 16 KiB. */
+  struct {
+    luna_ns current[LUNA_TIMING_COUNT]; /* this frame's runs so far */
+    bool measured;         /* a run of this frame was profiled */
+    uint64_t recorded;     /* frames recorded; ring[recorded % N] is next */
+    luna_ns ring[LUNA_FRAME_HISTORY][LUNA_TIMING_COUNT];
+  } history;
 
   /* Warming ahead (luna__loop_set_warm): fn NULL when nobody asked. */
   struct {

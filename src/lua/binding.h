@@ -40,6 +40,7 @@
 
 #include "lunaloop.h"
 #include "gc.h"
+#include "lunaloop_lua.h"
 #include "task.h"
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -103,18 +104,35 @@ typedef struct luna__observer {
   void (*on_call)(void *ud, lua_State *L, bool begin);
 } luna__observer;
 
-/* Observer slots: each owner has its own, so a tracer and mod budgets can
-   watch one state at the same time. */
-enum { LUNA__OBSERVER_BUDGET = 0, LUNA__OBSERVER_PUBLIC = 1, LUNA__OBSERVERS = 2 };
+/* A public observer (luna_lua_add_observer): the host's callbacks and the
+   binding hooks that adapt them (their ud is the entry's index, so the
+   array may move when it grows). id 0: a free entry. */
+typedef struct luna__observer_entry {
+  luna__observer hooks;
+  luna_lua_observer pub;
+  uint32_t id;
+} luna__observer_entry;
 
-/* Calls `hook` of every installed observer of binding b with the arguments. */
+/* The budget observer's slot (src/mods, through seam.c), the one internal
+   observer; the public ones are in b->observers.a. */
+enum { LUNA__OBSERVER_BUDGET = 0 };
+
+/* Calls `hook` of every installed observer of binding b with the arguments:
+   the budget's first, then the public ones in the order of their entries.
+   The array and its length are read again after each call, so a callback
+   that adds or removes an observer leaves the walk valid (an entry removed
+   is cleared, never moved; one added may be called in the same walk). */
 #define LUNA__OBSERVE(b, hook, ...)                                            \
   do {                                                                         \
-    int obs_i_;                                                                \
-    if ((b)->observed) /* one test on the hot path when nobody watches */      \
-      for (obs_i_ = 0; obs_i_ < LUNA__OBSERVERS; obs_i_++)                     \
-        if ((b)->observers[obs_i_].hook != NULL)                               \
-          (b)->observers[obs_i_].hook((b)->observers[obs_i_].ud, __VA_ARGS__); \
+    size_t obs_i_;                                                             \
+    if ((b)->observed) { /* one test on the hot path when nobody watches */    \
+      if ((b)->budget_observer.hook != NULL)                                   \
+        (b)->budget_observer.hook((b)->budget_observer.ud, __VA_ARGS__);       \
+      for (obs_i_ = 0; obs_i_ < (b)->observers.count; obs_i_++)                \
+        if ((b)->observers.a[obs_i_].hooks.hook != NULL)                       \
+          (b)->observers.a[obs_i_].hooks.hook((b)->observers.a[obs_i_].hooks.ud, \
+                                              __VA_ARGS__);                    \
+    }                                                                          \
   } while (0)
 
 /* ---- the binding's state (lifecycle.c makes it, binding.c finds it) ---- */
@@ -127,7 +145,8 @@ struct luna__binding {
   bool pumping;
   bool drain_deferred;   /* a drain hit LUNA__DRAIN_LIMIT: the ready ring
                             waits for luna__drain_cb (task.c) */
-  bool observed;         /* some slot of observers[] is installed */
+  bool observed;         /* an observer is installed (budget_observer or
+                            an entry of observers) */
   bool held;             /* the state's work waits for the next frame (a
                             mod's time budget is spent, src/mods): see
                             luna__held */
@@ -171,7 +190,13 @@ struct luna__binding {
   bool cancelling;       /* a cancellation is unwinding */
   luna__ring cancels;    /* cancellations requested meanwhile */
   uint64_t spread_seq;   /* task.every{spread=true} registrations so far */
-  luna__observer observers[LUNA__OBSERVERS];
+  luna__observer budget_observer; /* a mod's budget (seam.c); hooks NULL: none */
+  struct {
+    luna__observer_entry *a; /* from the state's allocator; freed by detach */
+    size_t count, cap;       /* entries in use or cleared, allocated */
+    uint32_t next_id;        /* ids handed out so far */
+    uint32_t legacy_id;      /* luna_lua_set_observer's observer, or 0 */
+  } observers;
   bool creation_traceback; /* task.debug{creation_traceback}: keep a traceback
                               of every task's spawn (luna__note_creation) */
   struct {
@@ -523,8 +548,11 @@ void luna__note_creation(lua_State *L);
 
 /* ---- observer.c --------------------------------------------------------- */
 /* Installs (or, with NULL, removes) the observer of slot `slot` of L's
-   binding. Returns false when L has no binding. */
+   binding (LUNA__OBSERVER_BUDGET, the only internal one: never allocates).
+   Returns false when L has no binding. */
 bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer);
+/* Frees the public observers' array (the binding's detach). */
+void luna__observers_free(luna__binding *b);
 
 /* ---- callbacks.c -------------------------------------------------------- */
 /* Sets the loop up for the binding, the same for every binding of a loop

@@ -3,6 +3,7 @@
 ** and t:info(). Read-only; none of these touches scheduling state.
 */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "binding.h"
@@ -353,6 +354,58 @@ static int l_list(lua_State *L) {
   return 1;
 }
 
+static int compare_ns(const void *a, const void *b) {
+  luna_ns x = *(const luna_ns *)a, y = *(const luna_ns *)b;
+  return (x > y) - (x < y);
+}
+
+/* The value of rank ceil(n * permille / 1000) of the n sorted values
+   (nearest rank): with 100 frames, p99 is the 99th smallest, so one outlier
+   in 100 shows only in max. */
+static luna_ns rank(const luna_ns *sorted, size_t n, size_t permille) {
+  size_t r = (n * permille + 999) / 1000;
+  return sorted[r > 0 ? r - 1 : 0];
+}
+
+/* Sets {p50, p99, max} in seconds of timing's (-1: the whole frame's) last
+   profiled frames on the table on top; nothing when none was profiled.
+   Returns the frames counted. */
+static size_t set_distribution(lua_State *L, luna_loop *loop, int timing) {
+  luna_ns costs[LUNA_FRAME_HISTORY];
+  size_t n = luna_loop_frame_costs(loop, timing, costs, LUNA_FRAME_HISTORY);
+  if (n == 0)
+    return 0;
+  qsort(costs, n, sizeof costs[0], compare_ns);
+  lua_pushnumber(L, luna_ns_to_seconds(rank(costs, n, 500)));
+  lua_setfield(L, -2, "p50");
+  lua_pushnumber(L, luna_ns_to_seconds(rank(costs, n, 990)));
+  lua_setfield(L, -2, "p99");
+  lua_pushnumber(L, luna_ns_to_seconds(costs[n - 1]));
+  lua_setfield(L, -2, "max");
+  return n;
+}
+
+/* Pushes task.stats().frames: the distribution of the last profiled frames'
+   cost (luna_loop_frame_costs): {count, p50, p99, max, timings = {[name] =
+   {p50, p99, max}}}, times in seconds; {count = 0} when no frame was
+   profiled. Sorting 128 frames for each of 17 series costs a few
+   microseconds, paid only by the call. */
+static void push_frames(lua_State *L, luna__binding *b) {
+  size_t n;
+  lua_createtable(L, 0, 5);
+  n = set_distribution(L, b->loop, -1);
+  set_int(L, "count", (lua_Integer)n);
+  if (n == 0)
+    return;
+  lua_createtable(L, 0, LUNA_TIMING_COUNT);
+  for (int i = 0; i < LUNA_TIMING_COUNT; i++) {
+    lua_createtable(L, 0, 3);
+    set_distribution(L, b->loop, i);
+    lua_setfield(L, -2, luna_timing_name(i));
+  }
+  lua_setfield(L, -2, "timings");
+}
+
 /* task.stats() -> table: frame, tasks, callbacks, errors, fixed_steps,
    dropped_fixed_steps, and timings[name] = {queued, timers, items,
    resumes, deferred, budget_exceeded, budget}: resumes counts task resumes
@@ -362,6 +415,8 @@ static int l_list(lua_State *L) {
    runs of the timing and time the seconds spent in them while profiling
    was on (task.debug{profile = true}), both since the loop began; gc is
    what the collector pacer did for this state (gc.c, luna__gc_push_stats). */
+   was on (task.debug{profile = true}), both since the loop began; frames
+   is the cost distribution of the last profiled frames (push_frames). */
 static int l_stats(lua_State *L) {
   luna__binding *b = luna__upvalue_binding(L);
   luna_loop_stats st;
@@ -396,6 +451,8 @@ static int l_stats(lua_State *L) {
           b->stats_frame == frame ? (lua_Integer)b->resumes[LUNA_TIMING_COUNT] : 0);
   luna__gc_push_stats(L, b);
   lua_setfield(L, -2, "gc");
+  push_frames(L, b);
+  lua_setfield(L, -2, "frames");
   return 1;
 }
 

@@ -77,6 +77,7 @@ static void detach(luna__binding *b) {
   luna__ring_free(b, &b->ready);
   luna__ring_free(b, &b->cancels);
   luna__anchors_free(b);
+  luna__observers_free(b);
 }
 
 /* Cancels the state's tasks and removes its callbacks, in protected mode:

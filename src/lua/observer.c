@@ -1,37 +1,45 @@
 /*
-** observer.c: the binding's observer slots (luna__set_observer, one flag
-** for the hot path to test) and the public observer API
-** (luna_lua_set_observer) over them (luna__observer in binding.h). The public
-** callbacks get a luna_lua_task_event instead of the private task struct.
-** The adapter lives in a userdata anchored in the registry, so it is freed
-** with the state; the internal hook stays one NULL check per resume when no
-** observer is installed.
+** observer.c: the binding's observers: the budget's slot (luna__set_observer,
+** for src/mods through seam.c), the public observers (luna_lua_add_observer,
+** luna_lua_remove_observer, and luna_lua_set_observer over them), and the
+** one flag the hot path tests (b->observed). A public observer is an entry
+** of b->observers: the host's callbacks and the binding hooks that adapt
+** them, which get a luna_lua_task_event instead of the private task
+** struct. The entries are a C array from the state's allocator, freed when
+** the binding detaches.
 */
 #include "binding.h"
 #include "lunaloop_lua.h"
 
-/* Registry key of the adapter's userdata (its address is unique). */
-static const char adapter_key = 0;
+/* Recomputes the flag LUNA__OBSERVE tests, after any change. */
+static void update_observed(luna__binding *b) {
+  const luna__observer *o = &b->budget_observer;
+  bool any = o->on_thread != NULL || o->on_resume != NULL || o->on_call != NULL;
+  for (size_t i = 0; i < b->observers.count && !any; i++)
+    any = b->observers.a[i].id != 0;
+  b->observed = any;
+}
 
-typedef struct adapter {
-  luna_lua_observer pub;
-} adapter;
-
-/* The binding's observer slots (mod budgets and the public observer):
-   installing recomputes the one flag the hot path tests. */
 bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer) {
   luna__binding *b = luna__get_binding(L);
   static const luna__observer none = {NULL, NULL, NULL, NULL};
-  int i;
+  (void)slot; /* LUNA__OBSERVER_BUDGET is the only internal slot */
   if (b == NULL)
     return false;
-  b->observers[slot] = observer != NULL ? *observer : none;
-  b->observed = false;
-  for (i = 0; i < LUNA__OBSERVERS; i++)
-    if (b->observers[i].on_thread != NULL || b->observers[i].on_resume != NULL ||
-        b->observers[i].on_call != NULL)
-      b->observed = true;
+  b->budget_observer = observer != NULL ? *observer : none;
+  update_observed(b);
   return true;
+}
+
+void luna__observers_free(luna__binding *b) {
+  void *ud;
+  lua_Alloc alloc = lua_getallocf(b->L, &ud);
+  if (b->observers.a != NULL)
+    alloc(ud, b->observers.a, b->observers.cap * sizeof *b->observers.a, 0);
+  b->observers.a = NULL;
+  b->observers.count = b->observers.cap = 0;
+  b->observers.legacy_id = 0;
+  update_observed(b);
 }
 
 /* Fills ev for t. The name is read from the task's second user value on the
@@ -50,50 +58,103 @@ static void fill_event(luna__task *t, luna_lua_task_event *ev) {
   lua_pop(L, 2);
 }
 
+/* The hooks of a public entry: ud is its index. The callback is read after
+   the event is filled, from the entry as it is then. */
 static void on_thread(void *ud, luna__task *t) {
-  adapter *a = ud;
   luna_lua_task_event ev;
-  if (a->pub.task_created == NULL)
-    return;
+  const luna__observer_entry *e;
   fill_event(t, &ev);
-  a->pub.task_created(a->pub.ud, &ev);
+  e = &t->b->observers.a[(uintptr_t)ud];
+  if (e->pub.task_created != NULL)
+    e->pub.task_created(e->pub.ud, &ev);
 }
 
 static void on_resume(void *ud, luna__task *t, bool begin) {
-  adapter *a = ud;
   luna_lua_task_event ev;
-  void (*fn)(void *, const luna_lua_task_event *) =
-      begin ? a->pub.resume_begin : a->pub.resume_end;
-  if (fn == NULL)
-    return;
+  const luna__observer_entry *e;
   fill_event(t, &ev);
-  fn(a->pub.ud, &ev);
+  e = &t->b->observers.a[(uintptr_t)ud];
+  if (begin ? e->pub.resume_begin != NULL : e->pub.resume_end != NULL)
+    (begin ? e->pub.resume_begin : e->pub.resume_end)(e->pub.ud, &ev);
+}
+
+/* A free entry of b's observers (a removed one first, so the array stays
+   as short as the most observers installed at once), or NULL when it
+   cannot grow. */
+static luna__observer_entry *free_entry(luna__binding *b) {
+  size_t cap;
+  void *ud, *a;
+  lua_Alloc alloc;
+  for (size_t i = 0; i < b->observers.count; i++)
+    if (b->observers.a[i].id == 0)
+      return &b->observers.a[i];
+  if (b->observers.count == b->observers.cap) {
+    cap = b->observers.cap > 0 ? b->observers.cap * 2 : 4;
+    alloc = lua_getallocf(b->L, &ud);
+    a = alloc(ud, b->observers.a, b->observers.cap * sizeof *b->observers.a,
+              cap * sizeof *b->observers.a);
+    if (a == NULL)
+      return NULL;
+    b->observers.a = a;
+    b->observers.cap = cap;
+  }
+  return &b->observers.a[b->observers.count++];
+}
+
+int luna_lua_add_observer(lua_State *L, const luna_lua_observer *observer, uint32_t *id) {
+  luna__binding *b = luna__get_binding(L);
+  luna__observer_entry *e;
+  if (b == NULL || observer == NULL || id == NULL)
+    return LUNA_EINVAL;
+  if (b->closing)
+    return LUNA_ESTATE;
+  if ((e = free_entry(b)) == NULL)
+    return LUNA_ENOMEM;
+  if (++b->observers.next_id == 0) /* 2^32 additions later: 0 means free */
+    b->observers.next_id = 1;
+  e->pub = *observer;
+  e->hooks = (luna__observer){.on_thread = observer->task_created != NULL ? on_thread : NULL,
+                              .on_resume = observer->resume_begin != NULL ||
+                                                   observer->resume_end != NULL
+                                               ? on_resume
+                                               : NULL,
+                              .ud = (void *)(uintptr_t)(e - b->observers.a)};
+  e->id = *id = b->observers.next_id;
+  update_observed(b);
+  return 0;
+}
+
+int luna_lua_remove_observer(lua_State *L, uint32_t id) {
+  luna__binding *b = luna__get_binding(L);
+  if (b == NULL)
+    return LUNA_EINVAL;
+  for (size_t i = 0; id != 0 && i < b->observers.count; i++) {
+    luna__observer_entry *e = &b->observers.a[i];
+    if (e->id == id) {
+      /* Cleared in place, never moved: a walk under way stays valid. */
+      *e = (luna__observer_entry){{NULL, NULL, NULL, NULL}, {NULL, NULL, NULL, NULL}, 0};
+      if (b->observers.legacy_id == id)
+        b->observers.legacy_id = 0;
+      update_observed(b);
+      return 0;
+    }
+  }
+  return LUNA_ENOENT;
 }
 
 int luna_lua_set_observer(lua_State *L, const luna_lua_observer *observer) {
   luna__binding *b = luna__get_binding(L);
-  adapter *a;
+  uint32_t id;
+  int rc;
   if (b == NULL)
     return LUNA_EINVAL;
-  if (observer == NULL) {
-    luna__set_observer(L, LUNA__OBSERVER_PUBLIC, NULL);
+  if (b->observers.legacy_id != 0)
+    luna_lua_remove_observer(L, b->observers.legacy_id);
+  if (observer == NULL)
     return 0;
-  }
-  if (!lua_checkstack(L, 2))
-    return LUNA_ENOMEM;
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &adapter_key) != LUA_TUSERDATA) {
-    lua_pop(L, 1);
-    /* lua_newuserdatauv raises on memory errors: the state's panic path is
-       the same as for any allocation the host makes through Lua. */
-    a = lua_newuserdatauv(L, sizeof *a, 0);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &adapter_key);
-  } else {
-    a = lua_touserdata(L, -1);
-    lua_pop(L, 1);
-  }
-  a->pub = *observer;
-  luna__observer hooks = {.on_thread = on_thread, .on_resume = on_resume, .ud = a};
-  luna__set_observer(L, LUNA__OBSERVER_PUBLIC, &hooks);
+  if ((rc = luna_lua_add_observer(L, observer, &id)) != 0)
+    return rc;
+  b->observers.legacy_id = id;
   return 0;
 }
 

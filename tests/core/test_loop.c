@@ -559,6 +559,51 @@ static void profiling_adds_the_cost_of_each_run_to_its_timing(void **state) {
   assert_int_equal(luna_loop_set_profiling(NULL, true), LUNA_EINVAL);
 }
 
+/* The frame-cost history keeps the last profiled frames, oldest first, per
+   timing and for the whole frame, from the run costs profiling already
+   measures: a frame profiled with the 10-ns-per-read clock costs 10 ns per
+   run, and frames run with profiling off leave no row behind. */
+static void frame_costs_keep_the_last_profiled_frames_oldest_first(void **state) {
+  fixture *f = *state;
+  luna_ns out[LUNA_FRAME_HISTORY + 4];
+  uint64_t reads;
+  luna_loop_set_cost_source(f->loop, counting_cost, NULL);
+  assert_int_equal(luna_loop_frame_costs(f->loop, -1, out, 4), 0);
+  assert_int_equal(luna_loop_frame(f->loop, 0.01), 0); /* not profiled */
+  assert_int_equal(luna_loop_frame_costs(f->loop, -1, out, 4), 0);
+  luna_loop_set_profiling(f->loop, true);
+  assert_int_equal(luna_loop_frame(f->loop, 0.005), 0); /* 15 ms: no fixed step */
+  assert_int_equal(luna_loop_frame(f->loop, 0.02), 0);  /* 35 ms: one */
+  assert_int_equal(luna_loop_frame_costs(f->loop, -1, out, 4), 2);
+  assert_int_equal(out[0], 10 * (LUNA_TIMING_COUNT - 2));
+  assert_int_equal(out[1], 10 * LUNA_TIMING_COUNT);
+  assert_int_equal(luna_loop_frame_costs(f->loop, LUNA_FIXED_UPDATE, out, 4), 2);
+  assert_int_equal(out[0], 0);
+  assert_int_equal(out[1], 10);
+  assert_int_equal(luna_loop_frame_costs(f->loop, -1, out, 1), 1);
+  assert_int_equal(out[0], 10 * LUNA_TIMING_COUNT); /* the newest one */
+  /* The ring keeps LUNA_FRAME_HISTORY frames and reading reads no clock. */
+  for (int i = 0; i < LUNA_FRAME_HISTORY; i++)
+    assert_int_equal(luna_loop_frame(f->loop, 0.02), 0);
+  reads = (uint64_t)g_cost_reads;
+  assert_int_equal(luna_loop_frame_costs(f->loop, -1, out, LUNA_FRAME_HISTORY + 4),
+                   LUNA_FRAME_HISTORY);
+  assert_int_equal(g_cost_reads, reads);
+  assert_int_equal(out[0], 10 * LUNA_TIMING_COUNT);
+  /* A host that runs timings itself is recorded at its next begin_frame. */
+  assert_int_equal(luna_loop_begin_frame(f->loop, 0.01), 0);
+  assert_int_equal(luna_loop_run(f->loop, LUNA_UPDATE), 0);
+  assert_int_equal(luna_loop_begin_frame(f->loop, 0.01), 0);
+  assert_int_equal(luna_loop_frame_costs(f->loop, LUNA_UPDATE, out, 1), 1);
+  assert_int_equal(out[0], 10);
+  assert_int_equal(luna_loop_frame_costs(f->loop, -1, out, 1), 1);
+  assert_int_equal(out[0], 10);
+  assert_int_equal(luna_loop_frame_costs(f->loop, LUNA_TIMING_COUNT, out, 1), 0);
+  assert_int_equal(luna_loop_frame_costs(f->loop, -2, out, 1), 0);
+  assert_int_equal(luna_loop_frame_costs(NULL, -1, out, 1), 0);
+  assert_int_equal(luna_loop_frame_costs(f->loop, -1, NULL, 1), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -589,6 +634,7 @@ int main(void) {
       T(listener_add_reports_enomem),
       T(profiling_is_off_by_default_and_reads_no_clock),
       T(profiling_adds_the_cost_of_each_run_to_its_timing),
+      T(frame_costs_keep_the_last_profiled_frames_oldest_first),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -88,4 +88,29 @@ H.case("info_says_what_a_task_waits_on_and_the_line_of_its_await", function()
   H.eq({rx:info().waits_on, rx:info().where}, {nil, nil})
 end)
 
+H.case("stats_frames_give_the_cost_distribution_of_the_last_profiled_frames", function()
+  -- Unprofiled frames leave no distribution. With the fake cost clock each
+  -- run of a timing costs exactly 1 ms: a frame of dt 0 runs the 14 timings
+  -- outside the fixed step (14 ms), one of dt 0.06 adds three fixed steps
+  -- of two runs (20 ms). 126 + 2 such frames fill the 128-frame history.
+  H.frames(2, 0)
+  H.eq(task.stats().frames, {count = 0})
+  testhost.fake_cost(0.001)
+  task.debug{profile = true}
+  H.frames(63, 0)
+  H.frames(1, 0.06)
+  H.frames(63, 0)
+  H.frames(1, 0.06)
+  task.debug{profile = false}
+  testhost.fake_cost(nil)
+  local f = task.stats().frames
+  local function ms(d) return {d.p50 * 1000, d.p99 * 1000, d.max * 1000} end
+  H.eq(f.count, 128)
+  H.eq(ms(f), {14, 20, 20}, "nearest rank: the 2 slow frames are p99 of 128")
+  H.eq(ms(f.timings.Update), {1, 1, 1})
+  H.eq(ms(f.timings.FixedUpdate), {0, 3, 3})
+  H.frames(5, 0)
+  H.eq(task.stats().frames.count, 128, "frames with profiling off are not recorded")
+end)
+
 H.run()

@@ -1,5 +1,6 @@
 /*
-** test_observer.c: luna_lua_set_observer and luna_lua_resume_counts, the
+** test_observer.c: luna_lua_add_observer, luna_lua_remove_observer,
+** luna_lua_set_observer and luna_lua_resume_counts, the
 ** public hooks that `--trace` and other tracers use: every resume is seen
 ** with its task's id, name and timing, nested resumes pair up, removing the
 ** observer stops the calls, and the counts match task.stats().
@@ -141,11 +142,122 @@ static void public_and_internal_observers_see_the_same_resumes(void **state) {
   luna_loop_free(loop);
 }
 
+/* Counts the begins of one observer; the first one removes the observer
+   whose id `victim` points at (its own, or another's) from its callback. */
+typedef struct counter {
+  lua_State *L;
+  int begins, ends;
+  uint32_t *victim;
+} counter;
+static void count_begin(void *ud, const luna_lua_task_event *ev) {
+  counter *c = ud;
+  (void)ev;
+  if (c->begins++ == 0 && c->victim != NULL)
+    assert_int_equal(luna_lua_remove_observer(c->L, *c->victim), 0);
+}
+static void count_end(void *ud, const luna_lua_task_event *ev) {
+  (void)ev;
+  ((counter *)ud)->ends++;
+}
+
+/* The binding had one public slot, so a profiler and the tracer replaced
+   each other: now any number are added and removed by id, each sees every
+   resume beside the budget's internal one, luna_lua_set_observer replaces
+   only the observer it installed, and a callback may remove an observer
+   (its own included) in the middle of a walk. */
+static void observers_are_added_and_removed_by_id_independently(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  int internal_begins = 0;
+  luna__observer internal = {NULL, count_internal_resume, &internal_begins, NULL};
+  counter profiler = {0}, tracer = {0}, legacy = {0}, legacy2 = {0}, selfish = {0};
+  luna_lua_observer p = {NULL, count_begin, count_end, &profiler};
+  luna_lua_observer t = {NULL, count_begin, count_end, &tracer};
+  luna_lua_observer l = {NULL, count_begin, count_end, &legacy};
+  luna_lua_observer l2 = {NULL, count_begin, count_end, &legacy2};
+  luna_lua_observer s = {NULL, count_begin, count_end, &selfish};
+  uint32_t pid = 0, tid = 0, sid = 0;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_task_state(loop);
+  assert_true(luna__set_observer(L, LUNA__OBSERVER_BUDGET, &internal));
+  assert_int_equal(luna_lua_add_observer(L, &p, &pid), 0);
+  assert_int_equal(luna_lua_add_observer(L, &t, &tid), 0);
+  assert_int_equal(luna_lua_set_observer(L, &l), 0);
+  assert_true(pid != 0 && tid != 0 && pid != tid);
+  run(L, "for i = 1, 3 do task.spawn(function() task.yield() end) end");
+  assert_int_equal(luna_loop_frame(loop, 0.01), 0);
+  assert_int_equal(internal_begins, 6);
+  assert_int_equal(profiler.begins, 6);
+  assert_int_equal(tracer.begins, 6);
+  assert_int_equal(legacy.begins, 6);
+  assert_int_equal(profiler.ends, 6);
+
+  /* set_observer replaces its own only; remove takes one id once */
+  assert_int_equal(luna_lua_set_observer(L, &l2), 0);
+  assert_int_equal(luna_lua_remove_observer(L, tid), 0);
+  assert_int_equal(luna_lua_remove_observer(L, tid), LUNA_ENOENT);
+  assert_int_equal(luna_lua_remove_observer(L, 0), LUNA_ENOENT);
+  run(L, "task.spawn(function() end)");
+  assert_int_equal(profiler.begins, 7);
+  assert_int_equal(tracer.begins, 6);
+  assert_int_equal(legacy.begins, 6);
+  assert_int_equal(legacy2.begins, 1);
+  assert_int_equal(internal_begins, 7);
+
+  /* an observer that removes itself at its first begin: that call is the
+     last it gets, and the others of the walk are still called */
+  selfish.L = L;
+  selfish.victim = &sid;
+  assert_int_equal(luna_lua_add_observer(L, &s, &sid), 0);
+  run(L, "task.spawn(function() end) task.spawn(function() end)");
+  assert_int_equal(selfish.begins, 1);
+  assert_int_equal(selfish.ends, 0);
+  assert_int_equal(profiler.begins, 9);
+  assert_int_equal(legacy2.begins, 3);
+
+  /* removing everything leaves the budget's observer alone */
+  assert_int_equal(luna_lua_remove_observer(L, pid), 0);
+  assert_int_equal(luna_lua_set_observer(L, NULL), 0);
+  run(L, "task.spawn(function() end)");
+  assert_int_equal(profiler.begins, 9);
+  assert_int_equal(legacy2.begins, 3);
+  assert_int_equal(internal_begins, 10);
+  assert_int_equal(luna_lua_add_observer(L, NULL, &pid), LUNA_EINVAL);
+  assert_int_equal(luna_lua_add_observer(L, &p, NULL), LUNA_EINVAL);
+  assert_int_equal(luna_lua_add_observer(NULL, &p, &pid), LUNA_EINVAL);
+  assert_int_equal(luna_lua_remove_observer(NULL, 1), LUNA_EINVAL);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
+/* The state closes with observers still installed: their array is freed
+   with the binding (the leak check of the asan build sees it), and a
+   host that removes one later gets an error, not a crash. */
+static void observers_left_installed_are_freed_with_the_state(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  counter c = {0};
+  luna_lua_observer o = {NULL, count_begin, count_end, &c};
+  uint32_t id;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_task_state(loop);
+  for (int i = 0; i < 9; i++) /* past the first growth */
+    assert_int_equal(luna_lua_add_observer(L, &o, &id), 0);
+  run(L, "task.spawn(function() end)");
+  assert_int_equal(c.begins, 9);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(observer_sees_every_resume_with_its_name_and_timing),
       cmocka_unit_test(set_observer_needs_a_binding),
       cmocka_unit_test(public_and_internal_observers_see_the_same_resumes),
+      cmocka_unit_test(observers_are_added_and_removed_by_id_independently),
+      cmocka_unit_test(observers_left_installed_are_freed_with_the_state),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

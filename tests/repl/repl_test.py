@@ -993,6 +993,36 @@ def case_a_literal_ctrl_d_is_not_the_end_of_input():
         s.close()
 
 
+def case_frames_charts_the_last_profiled_frames():
+    """:frames draws one row per profiled frame, oldest first, the longest
+    frame's bar full width; without profiled frames it says how to record
+    them, and a count below 1 is refused as :step refuses it."""
+    s = start()
+    try:
+        enter(s, ":pause")
+        wait_prompt(s)
+        enter(s, ":frames")
+        s.wait_for("no profiled frames (task.debug{profile = true} records them)\n>")
+        enter(s, "_ = task.debug{profile = true}")
+        wait_prompt(s)
+        enter(s, ":step 3")
+        s.wait_for(re.compile(r"paused at frame \d+\n>").search)
+        enter(s, ":frames")
+        text = s.wait_for(re.compile(
+            r"last 3 profiled frames, ms of CPU time, oldest first:\n"
+            r"((?: +\d+\.\d{3} \|#+\n){3})>").search)
+        rows = re.search(r"oldest first:\n((?:.*\n){3})", text).group(1).splitlines()
+        bars = [len(r.split("|")[1]) for r in rows]
+        check(max(bars) == 40 and min(bars) >= 1, "bars %r" % bars, s)
+        enter(s, ":frames 2")
+        s.wait_for(re.compile(r"last 2 profiled frames.*\n(?: +\d+\.\d{3} \|#+\n){2}>").search)
+        enter(s, ":frames 0")
+        s.wait_for("expected")
+        wait_prompt(s)
+    finally:
+        s.close()
+
+
 def case_waits_lists_what_each_task_waits_on():
     """:waits prints what each live task waits on and the line of its
     await (what SIGQUIT prints on stderr)."""

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """trace_test.py: `lunaloop run --trace FILE` writes a valid Chrome trace
 event JSON with the expected events: the 16 timing tracks named, one slice
-per task resume on the track of its timing, a frame marker per frame; and a
-trace stops at its size limit, still valid JSON.
+per task resume on the track of its timing, a flow arrow from each task to
+the tasks it created, a frame marker, a frame slice and the spare time
+between frames, the counters, the budget's deferrals; and a trace stops at
+its size limit, still valid JSON.
 
 Usage: trace_test.py LUNALOOP SCRIPT
 """
@@ -32,22 +34,28 @@ def main():
              if e["ph"] == "M" and e["name"] == "thread_name"}
     for tid, timing in enumerate(TIMINGS):
         assert names.get(tid) == timing, "track %d is named %r" % (tid, names.get(tid))
+    assert names.get(17) == "frames", names
 
-    slices = [e for e in events if e["ph"] == "X"]
-    for e in slices:
-        assert e["dur"] >= 0 and e["ts"] >= 0 and e["cat"] == "task"
+    for e in events:
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and e["ts"] >= 0, e
+    slices = [e for e in events if e["ph"] == "X" and e["cat"] == "task"]
     by_task = {}
     for e in slices:
         by_task.setdefault(e["name"], []).append(TIMINGS[e["tid"]] if e["tid"] < 16 else "host")
     assert by_task.get("main") == ["host"], by_task
     assert sorted(by_task.get("fixed", [])) == sorted(["Update"] + ["FixedUpdate"] * 3), by_task
     assert by_task.get("late") == ["Update", "LastPostLateUpdate", "Initialization"], by_task
-    assert len(slices) == 8, "one slice per resume, no more: %r" % by_task
+    assert by_task.get("parent") == ["Update"] and by_task.get("child") == ["Update"], by_task
+    assert by_task.get("remover") == ["Update", "Initialization"], by_task
+    assert len(slices) == 12, "one slice per resume, no more: %r" % by_task
+    check_flows(events, slices)
 
     frames = [e["args"]["frame"] for e in events if e["ph"] == "i" and e["name"] == "frame"]
     assert frames == list(range(1, len(frames) + 1)) and len(frames) >= 4, frames
     counters = [e for e in events if e["ph"] == "C" and e["name"] == "tasks"]
     assert len(counters) == len(frames)
+    check_frames(events, len(frames))
     # Slices carry the frame they ran in: "late" ends in the frame after its
     # delay_frame(2) resumed.
     late = [e["args"]["frame"] for e in slices if e["name"] == "late"]
@@ -55,6 +63,46 @@ def main():
     print("ok: %d events, %d slices, %d frames" % (len(events), len(slices), len(frames)))
     check_size_limit(lunaloop)
     return 0
+
+
+def check_flows(events, slices):
+    """One arrow from the main chunk (host track) to each task it created,
+    ids 2 to 5, and one from parent to child (id 6) on the Update track;
+    each ends at the first resume of its task, inside that slice."""
+    starts = sorted((e["id"], e["tid"]) for e in events if e["ph"] == "s")
+    ends = sorted((e["id"], e["tid"]) for e in events if e["ph"] == "f")
+    assert starts == [(2, 16), (3, 16), (4, 16), (5, 16), (6, 8)], starts
+    assert ends == [(2, 8), (3, 8), (4, 8), (5, 8), (6, 8)], ends
+    for e in events:
+        if e["ph"] in "sf":
+            assert e["cat"] == "spawn" and e["name"] == "spawn", e
+            assert (e["ph"] == "f") == (e.get("bp") == "e"), e
+    first = {}
+    for e in sorted(slices, key=lambda e: e["ts"]):
+        first.setdefault(e["args"]["id"], e)
+    for e in events:
+        if e["ph"] == "f":
+            s = first[e["id"]]
+            assert s["ts"] <= e["ts"] <= s["ts"] + s["dur"], (e, s)
+
+
+def check_frames(events, nframes):
+    """A slice per frame and the spare time between two on the frames track
+    (tid 17); heap and callbacks counters after each frame; the Update
+    budget put off 2 callbacks in the first frame only."""
+    frame_slices = [e["name"] for e in events if e["ph"] == "X" and e["cat"] == "frame"]
+    assert frame_slices == ["frame %d" % (i + 1) for i in range(nframes)], frame_slices
+    spare = [e for e in events if e["ph"] == "X" and e["cat"] == "spare"]
+    assert len(spare) == nframes - 1, len(spare)
+    assert all(e["tid"] == 17 for e in events if e["ph"] == "X" and e["cat"] in ("frame", "spare"))
+    heap = [e["args"]["heap"] for e in events if e["ph"] == "C" and e["name"] == "heap"]
+    assert len(heap) == nframes and all(h > 0 for h in heap), heap
+    callbacks = [e["args"]["callbacks"] for e in events
+                 if e["ph"] == "C" and e["name"] == "callbacks"]
+    assert callbacks == [3] + [0] * (nframes - 1), callbacks
+    deferred = [(e["tid"], e["args"]["callbacks"]) for e in events
+                if e["ph"] == "i" and e["name"] == "deferred"]
+    assert deferred == [(8, 2)], deferred
 
 
 def check_size_limit(lunaloop):

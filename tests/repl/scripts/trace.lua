@@ -12,3 +12,22 @@ local late = task.defer(function()
   task.yield("Initialization")
 end)
 late.name = "late"
+-- "parent": starts at Update and spawns "child" there, which ends at once
+--           (one slice each, and a flow arrow from parent to child; the
+--           main chunk has one to each task it created).
+local parent = task.defer(function()
+  task.spawn(function() task.current().name = "child" end)
+end)
+parent.name = "parent"
+-- Three Update callbacks under a 1 ns budget for one frame: the first is
+-- called, the other two are put off (one "deferred" event); "remover"
+-- takes them away at the next frame's Initialization, before Update.
+task.set_budget("Update", 1e-9)
+local hs = {}
+for i = 1, 3 do hs[i] = task.on("Update", function() end) end
+local remover = task.defer(function()
+  task.yield("Initialization")
+  for _, h in ipairs(hs) do h:remove() end
+  task.set_budget("Update", nil)
+end)
+remover.name = "remover"
