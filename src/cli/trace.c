@@ -18,7 +18,12 @@
 **     it "heap" (bytes the Lua state uses) and "callbacks" (the task.on and
 **     task.every callbacks registered in the state);
 **   - an instant event "deferred" (cat "budget") on a timing's track when
-**     its budget put callback calls off in that frame, with their count.
+**     its budget put callback calls off in that frame, with their count;
+**   - a slice "gc" (cat "gc") on the collector track (tid 18) for the
+**     frame's paced collector work (luna_lua_gc_get_stats): its length is
+**     the time the pacer spent since the previous frame ended, placed at
+**     the frame's end (where the default paced timing, LastTimeUpdate,
+**     runs), with the steps and full collections in args.
 ** Events are built and escaped by cJSON and streamed to the file, one per
 ** line inside the array, so memory stays bounded however long the run. The
 ** file is not: a run that never ends would fill the disk (a user found 18
@@ -42,6 +47,8 @@
 #define HOST_TID LUNA_TIMING_COUNT
 /* The tid of the frames and the spare time between them. */
 #define FRAME_TID (LUNA_TIMING_COUNT + 1)
+/* The tid of the collector's paced work. */
+#define GC_TID (LUNA_TIMING_COUNT + 2)
 /* Bytes of events after which a trace records nothing more (see above). */
 #define TRACE_LIMIT ((long long)1 << 30)
 
@@ -76,6 +83,7 @@ struct luna_trace {
   uint64_t frame;
   luna_ns frame_begin, frame_end;
   uint64_t deferred[LUNA_TIMING_COUNT]; /* luna_loop_stats.deferred so far */
+  luna_lua_gc_stats gc;                 /* the pacer's figures so far */
 };
 
 static luna_ns now_ns(void) {
@@ -167,10 +175,11 @@ luna_trace *luna__trace_open(const char *path) {
   }
   fputs("[\n", tr->f);
   metadata(tr, "process_name", 0, "name", LUNA_PROGNAME, 0);
-  for (int t = 0; t <= FRAME_TID; t++) {
-    const char *name = t < HOST_TID    ? luna_timing_name(t)
-                       : t == HOST_TID ? "host (outside any timing)"
-                                       : "frames";
+  for (int t = 0; t <= GC_TID; t++) {
+    const char *name = t < HOST_TID     ? luna_timing_name(t)
+                       : t == HOST_TID  ? "host (outside any timing)"
+                       : t == FRAME_TID ? "frames"
+                                        : "collector";
     metadata(tr, "thread_name", t, "name", name, 0);
     metadata(tr, "thread_sort_index", t, "sort_index", NULL, t);
   }
@@ -300,6 +309,7 @@ int luna__trace_attach(luna_trace *tr, lua_State *L) {
   int rc = luna_lua_add_observer(L, &obs, &tr->observer);
   if (rc == 0) {
     tr->L = L;
+    luna_lua_gc_get_stats(L, &tr->gc); /* work before the trace is not its */
     tr->loop = luna_lua_loop(L);
   }
   return rc;
@@ -372,6 +382,31 @@ static void note_deferred(luna_trace *tr, const luna_loop_stats *st, luna_ns t) 
   }
 }
 
+/* The pacer's work since the last frame ended, as one slice ending at t. */
+static void note_gc(luna_trace *tr, luna_ns t) {
+  luna_lua_gc_stats gs;
+  cJSON *e, *args;
+  luna_ns spent;
+  if (luna_lua_gc_get_stats(tr->L, &gs) != 0 || gs.time_ns <= tr->gc.time_ns)
+    return;
+  spent = gs.time_ns - tr->gc.time_ns;
+  if ((e = event("gc", "X", GC_TID)) != NULL) {
+    cJSON_AddStringToObject(e, "cat", "gc");
+    cJSON_AddNumberToObject(e, "ts", micros(tr, t - spent));
+    cJSON_AddNumberToObject(e, "dur", (double)spent / 1000.0);
+    args = cJSON_AddObjectToObject(e, "args");
+    if (args != NULL) {
+      cJSON_AddNumberToObject(args, "steps", (double)(gs.steps - tr->gc.steps));
+      cJSON_AddNumberToObject(args, "full_collections",
+                              (double)(gs.full_collections - tr->gc.full_collections));
+    }
+    emit(tr, e);
+  } else {
+    tr->failed = true;
+  }
+  tr->gc = gs;
+}
+
 void luna__trace_frame_end(luna_trace *tr) {
   luna_ns t = now_ns();
   luna_loop_stats st;
@@ -384,6 +419,8 @@ void luna__trace_frame_end(luna_trace *tr) {
   tr->frame_end = t;
   luna_loop_get_stats(tr->loop, &st);
   note_deferred(tr, &st, t);
+  if (tr->L != NULL)
+    note_gc(tr, t);
   if (tr->L != NULL)
     counter(tr, "heap", t,
             (double)lua_gc(tr->L, LUA_GCCOUNT, 0) * 1024 + lua_gc(tr->L, LUA_GCCOUNTB, 0));

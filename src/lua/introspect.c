@@ -414,9 +414,9 @@ static void push_frames(lua_State *L, luna__binding *b) {
    since the loop began); budget is in seconds (0: none); runs counts the
    runs of the timing and time the seconds spent in them while profiling
    was on (task.debug{profile = true}), both since the loop began; gc is
-   what the collector pacer did for this state (gc.c, luna__gc_push_stats). */
-   was on (task.debug{profile = true}), both since the loop began; frames
-   is the cost distribution of the last profiled frames (push_frames). */
+   what the collector pacer did for this state (gc.c, luna__gc_push_stats);
+   frames is the cost distribution of the last profiled frames
+   (push_frames). */
 static int l_stats(lua_State *L) {
   luna__binding *b = luna__upvalue_binding(L);
   luna_loop_stats st;

@@ -34,7 +34,7 @@ def main():
              if e["ph"] == "M" and e["name"] == "thread_name"}
     for tid, timing in enumerate(TIMINGS):
         assert names.get(tid) == timing, "track %d is named %r" % (tid, names.get(tid))
-    assert names.get(17) == "frames", names
+    assert names.get(17) == "frames" and names.get(18) == "collector", names
 
     for e in events:
         if e["ph"] == "X":
@@ -103,6 +103,10 @@ def check_frames(events, nframes):
     deferred = [(e["tid"], e["args"]["callbacks"]) for e in events
                 if e["ph"] == "i" and e["name"] == "deferred"]
     assert deferred == [(8, 2)], deferred
+    gc = [e for e in events if e["ph"] == "X" and e["cat"] == "gc"]
+    assert gc and all(e["tid"] == 18 and e["name"] == "gc" and e["args"]["steps"] >= 1
+                      for e in gc), gc
+    assert len(gc) <= nframes, gc
 
 
 def check_size_limit(lunaloop):

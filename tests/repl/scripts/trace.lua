@@ -31,3 +31,7 @@ local remover = task.defer(function()
   task.set_budget("Update", nil)
 end)
 remover.name = "remover"
+-- The collector paced with a budget at LastTimeUpdate, and garbage for it:
+-- its work in each frame is a "gc" slice on the collector track.
+task.gc{budget = 0.001}
+for i = 1, 20000 do local _ = {i} end
