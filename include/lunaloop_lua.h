@@ -136,12 +136,20 @@ typedef struct luna_lua_task_event {
    - resume_begin / resume_end: right before and right after every resume
      of a task's coroutine (its start, and every return from an await).
      Resumes may nest (a task that spawns another runs it inside its own
-     resume), and always pair up: begin A, begin B, end B, end A. */
+     resume), and always pair up: begin A, begin B, end B, end A;
+   - task_woken: something woke the task, whose next resume_begin is that
+     wake-up: a Task it awaited settled, a host Promise it awaited was
+     completed, a channel, combinator or scope released it. Called where
+     the waking happens: inside the waker's resume, or outside any task (a
+     Promise's completion delivered when a timing's run takes the inbox).
+     Its place after ud keeps initializers written for the first four
+     fields valid (this field is then NULL). */
 typedef struct luna_lua_observer {
   void (*task_created)(void *ud, const luna_lua_task_event *ev);
   void (*resume_begin)(void *ud, const luna_lua_task_event *ev);
   void (*resume_end)(void *ud, const luna_lua_task_event *ev);
   void *ud;
+  void (*task_woken)(void *ud, const luna_lua_task_event *ev);
 } luna_lua_observer;
 
 /* Adds `observer` (copied) to L's binding and stores its id in *id (never

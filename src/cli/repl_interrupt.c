@@ -153,7 +153,9 @@ static void on_resume_end(void *ud, const luna_lua_task_event *ev) {
 }
 
 bool luna__repl_observe(void) {
-  luna_lua_observer obs = {on_task_created, on_resume_begin, on_resume_end, NULL};
+  luna_lua_observer obs = {.task_created = on_task_created,
+                           .resume_begin = on_resume_begin,
+                           .resume_end = on_resume_end};
   uint32_t id;
   return luna_lua_add_observer(R.L, &obs, &id) == 0;
 }

@@ -10,6 +10,10 @@
 **   - a flow arrow ("ph": "s" in the spawning resume, "f" at the first
 **     resume of the task it created, "cat": "spawn", id = the new task's
 **     id) from each task to the tasks it spawned;
+**   - a flow arrow ("cat": "wake", id = 2^40 + n) from where a task was
+**     woken (inside the waker's resume, or on the timing's track when a
+**     Promise's completion came in from the inbox, with an instant event
+**     "woken" there) to the task's next resume;
 **   - per frame, a global instant event "frame", a slice "frame N" (cat
 **     "frame") on the frames track from its start to its end and a slice
 **     "spare" (cat "spare") from its end to the next frame's start: the
@@ -79,6 +83,14 @@ struct luna_trace {
     uint64_t *id;
     size_t head, count, cap;
   } unstarted;
+  /* Tasks woken that have not resumed since: the wake flow's id for each,
+     whose arrow ends at the task's next resume (few at a time: a woken
+     task runs in the same timing's run). */
+  struct woken {
+    uint64_t task, flow;
+  } *woken;
+  size_t nwoken, woken_cap;
+  uint64_t wakes; /* wake flows started so far */
   /* The frame in progress and the end of the last one (0: none yet). */
   uint64_t frame;
   luna_ns frame_begin, frame_end;
@@ -207,20 +219,26 @@ static bool grow(luna_trace *tr, void **a, size_t *cap, size_t n, size_t size) {
   return true;
 }
 
-/* A flow event of the arrow from a creator to task `id`: "s" where it
-   starts, "f" (bound to the slice that encloses it) where it ends. */
-static void flow(luna_trace *tr, const char *ph, int tid, uint64_t id, luna_ns t) {
-  cJSON *e = event("spawn", ph, tid);
+/* A flow event of the arrow of category `cat` ("spawn": from a creator to
+   task `id`; "wake": from a waker): "s" where it starts, "f" (bound to the
+   slice that encloses it) where it ends. */
+static void flow_of(luna_trace *tr, const char *cat, const char *ph, int tid, uint64_t id,
+                    luna_ns t) {
+  cJSON *e = event(cat, ph, tid);
   if (e == NULL) {
     tr->failed = true;
     return;
   }
-  cJSON_AddStringToObject(e, "cat", "spawn");
+  cJSON_AddStringToObject(e, "cat", cat);
   cJSON_AddNumberToObject(e, "id", (double)id);
   cJSON_AddNumberToObject(e, "ts", micros(tr, t));
   if (ph[0] == 'f')
     cJSON_AddStringToObject(e, "bp", "e");
   emit(tr, e);
+}
+
+static void flow(luna_trace *tr, const char *ph, int tid, uint64_t id, luna_ns t) {
+  flow_of(tr, "spawn", ph, tid, id, t);
 }
 
 static int tid_of(const luna_lua_task_event *ev) {
@@ -237,6 +255,48 @@ static void task_created(void *ud, const luna_lua_task_event *ev) {
     return;
   tr->unstarted.id[tr->unstarted.count++] = ev->id;
   flow(tr, "s", tid_of(ev), ev->id, now_ns());
+}
+
+/* Wake flows start at 2^40, above any spawn flow's id (a task id). */
+#define WAKE_FLOW_BASE ((uint64_t)1 << 40)
+
+/* A task was woken: the arrow to its next resume starts here. Outside any
+   resume (a Promise completed by the host), an instant event "woken" on
+   the timing's track gives the arrow a place to start from. */
+static void task_woken(void *ud, const luna_lua_task_event *ev) {
+  luna_trace *tr = ud;
+  luna_ns t = now_ns();
+  uint64_t id;
+  for (size_t i = 0; i < tr->nwoken; i++)
+    if (tr->woken[i].task == ev->id)
+      return; /* woken again before it ran: one arrow, from the first */
+  if (!grow(tr, (void **)&tr->woken, &tr->woken_cap, tr->nwoken, sizeof *tr->woken))
+    return;
+  id = WAKE_FLOW_BASE + ++tr->wakes;
+  tr->woken[tr->nwoken++] = (struct woken){ev->id, id};
+  if (tr->depth == 0) {
+    cJSON *e = event("woken", "i", tid_of(ev));
+    if (e == NULL) {
+      tr->failed = true;
+      return;
+    }
+    cJSON_AddStringToObject(e, "cat", "wake");
+    cJSON_AddStringToObject(e, "s", "t");
+    cJSON_AddNumberToObject(e, "ts", micros(tr, t));
+    emit(tr, e);
+  }
+  flow_of(tr, "wake", "s", tid_of(ev), id, t);
+}
+
+/* The wake flow waiting for task id's resume, taken (0: none). */
+static uint64_t take_woken(luna_trace *tr, uint64_t id) {
+  for (size_t i = 0; i < tr->nwoken; i++)
+    if (tr->woken[i].task == id) {
+      uint64_t flow_id = tr->woken[i].flow;
+      tr->woken[i] = tr->woken[--tr->nwoken];
+      return flow_id;
+    }
+  return 0;
 }
 
 /* True, once, when task id was waiting for its first resume. */
@@ -266,8 +326,11 @@ static bool take_unstarted(luna_trace *tr, uint64_t id) {
 static void resume_begin(void *ud, const luna_lua_task_event *ev) {
   luna_trace *tr = ud;
   luna_ns t = now_ns();
+  uint64_t wake;
   if (tr->unstarted.count > 0 && take_unstarted(tr, ev->id))
     flow(tr, "f", tid_of(ev), ev->id, t);
+  if (tr->nwoken > 0 && (wake = take_woken(tr, ev->id)) != 0)
+    flow_of(tr, "wake", "f", tid_of(ev), wake, t);
   if (!grow(tr, (void **)&tr->stack, &tr->cap, tr->depth, sizeof *tr->stack)) {
     tr->depth++; /* keep begin/end paired; this slice is lost */
     return;
@@ -305,7 +368,11 @@ static void resume_end(void *ud, const luna_lua_task_event *ev) {
 }
 
 int luna__trace_attach(luna_trace *tr, lua_State *L) {
-  luna_lua_observer obs = {task_created, resume_begin, resume_end, tr};
+  luna_lua_observer obs = {.task_created = task_created,
+                           .resume_begin = resume_begin,
+                           .resume_end = resume_end,
+                           .ud = tr,
+                           .task_woken = task_woken};
   int rc = luna_lua_add_observer(L, &obs, &tr->observer);
   if (rc == 0) {
     tr->L = L;
@@ -442,6 +509,7 @@ bool luna__trace_close(luna_trace *tr) {
     fprintf(stderr, LUNA_PROGNAME ": writing the trace %s failed\n", tr->path);
   free(tr->stack);
   free(tr->unstarted.id);
+  free(tr->woken);
   free(tr->path);
   free(tr);
   return ok;

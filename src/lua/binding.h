@@ -96,12 +96,14 @@ struct luna__handle {
    of a task's coroutine. on_call runs right before and after every call of
    Lua code that is not a resume: a task.on/every callback, a wait_until /
    wait_while predicate, the task.on_error handler (L is the thread it is
-   called on). Any of the three may be NULL. */
+   called on). on_wake runs when a task is woken (put on the ready ring),
+   where the waking happens. Any of them may be NULL. */
 typedef struct luna__observer {
   void (*on_thread)(void *ud, luna__task *t);
   void (*on_resume)(void *ud, luna__task *t, bool begin);
   void *ud;
   void (*on_call)(void *ud, lua_State *L, bool begin);
+  void (*on_wake)(void *ud, luna__task *t);
 } luna__observer;
 
 /* A public observer (luna_lua_add_observer): the host's callbacks and the

@@ -14,7 +14,8 @@
 /* Recomputes the flag LUNA__OBSERVE tests, after any change. */
 static void update_observed(luna__binding *b) {
   const luna__observer *o = &b->budget_observer;
-  bool any = o->on_thread != NULL || o->on_resume != NULL || o->on_call != NULL;
+  bool any = o->on_thread != NULL || o->on_resume != NULL || o->on_call != NULL ||
+             o->on_wake != NULL;
   for (size_t i = 0; i < b->observers.count && !any; i++)
     any = b->observers.a[i].id != 0;
   b->observed = any;
@@ -22,7 +23,7 @@ static void update_observed(luna__binding *b) {
 
 bool luna__set_observer(lua_State *L, int slot, const luna__observer *observer) {
   luna__binding *b = luna__get_binding(L);
-  static const luna__observer none = {NULL, NULL, NULL, NULL};
+  static const luna__observer none = {0};
   (void)slot; /* LUNA__OBSERVER_BUDGET is the only internal slot */
   if (b == NULL)
     return false;
@@ -78,6 +79,15 @@ static void on_resume(void *ud, luna__task *t, bool begin) {
     (begin ? e->pub.resume_begin : e->pub.resume_end)(e->pub.ud, &ev);
 }
 
+static void on_wake(void *ud, luna__task *t) {
+  luna_lua_task_event ev;
+  const luna__observer_entry *e;
+  fill_event(t, &ev);
+  e = &t->b->observers.a[(uintptr_t)ud];
+  if (e->pub.task_woken != NULL)
+    e->pub.task_woken(e->pub.ud, &ev);
+}
+
 /* A free entry of b's observers (a removed one first, so the array stays
    as short as the most observers installed at once), or NULL when it
    cannot grow. */
@@ -118,6 +128,7 @@ int luna_lua_add_observer(lua_State *L, const luna_lua_observer *observer, uint3
                                                    observer->resume_end != NULL
                                                ? on_resume
                                                : NULL,
+                              .on_wake = observer->task_woken != NULL ? on_wake : NULL,
                               .ud = (void *)(uintptr_t)(e - b->observers.a)};
   e->id = *id = b->observers.next_id;
   update_observed(b);
@@ -132,7 +143,7 @@ int luna_lua_remove_observer(lua_State *L, uint32_t id) {
     luna__observer_entry *e = &b->observers.a[i];
     if (e->id == id) {
       /* Cleared in place, never moved: a walk under way stays valid. */
-      *e = (luna__observer_entry){{NULL, NULL, NULL, NULL}, {NULL, NULL, NULL, NULL}, 0};
+      *e = (luna__observer_entry){0};
       if (b->observers.legacy_id == id)
         b->observers.legacy_id = 0;
       update_observed(b);

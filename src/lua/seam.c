@@ -32,7 +32,7 @@ static void seam_call(void *ud, lua_State *L, bool begin) {
 }
 
 bool luna__guard_observe(lua_State *L, const luna__guard_observer *obs) {
-  luna__observer hooks = {NULL, NULL, NULL, NULL};
+  luna__observer hooks = {0};
   if (obs != NULL) {
     hooks.on_thread = obs->on_thread != NULL ? seam_thread : NULL;
     hooks.on_resume = obs->on_run != NULL ? seam_resume : NULL;

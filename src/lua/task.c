@@ -163,6 +163,7 @@ void luna__ring_free(luna__binding *b, luna__ring *r) {
    wait before it is resumed. Once one task is there, the later ones follow
    it, so the order stays first in, first out; nothing woken is lost. */
 static void ready_push(luna__binding *b, luna__task *t) {
+  LUNA__OBSERVE(b, on_wake, t);
   t->pending++;
   if (b->ready_spill == NULL && ring_push(b, &b->ready, t))
     return;

@@ -54,7 +54,7 @@ static void observer_sees_every_resume_with_its_name_and_timing(void **state) {
   luna_loop *loop;
   lua_State *L;
   int begins = 0;
-  luna_lua_observer obs = {on_created, on_begin, on_end, &begins};
+  luna_lua_observer obs = {on_created, on_begin, on_end, &begins, NULL};
   (void)state;
   seen[0] = '\0';
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
@@ -120,8 +120,8 @@ static void public_and_internal_observers_see_the_same_resumes(void **state) {
   luna_loop *loop;
   lua_State *L;
   int public_begins = 0, internal_begins = 0;
-  luna_lua_observer obs = {NULL, on_begin, on_end, &public_begins};
-  luna__observer internal = {NULL, count_internal_resume, &internal_begins, NULL};
+  luna_lua_observer obs = {NULL, on_begin, on_end, &public_begins, NULL};
+  luna__observer internal = {NULL, count_internal_resume, &internal_begins, NULL, NULL};
   (void)state;
   seen[0] = '\0';
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
@@ -169,13 +169,13 @@ static void observers_are_added_and_removed_by_id_independently(void **state) {
   luna_loop *loop;
   lua_State *L;
   int internal_begins = 0;
-  luna__observer internal = {NULL, count_internal_resume, &internal_begins, NULL};
+  luna__observer internal = {NULL, count_internal_resume, &internal_begins, NULL, NULL};
   counter profiler = {0}, tracer = {0}, legacy = {0}, legacy2 = {0}, selfish = {0};
-  luna_lua_observer p = {NULL, count_begin, count_end, &profiler};
-  luna_lua_observer t = {NULL, count_begin, count_end, &tracer};
-  luna_lua_observer l = {NULL, count_begin, count_end, &legacy};
-  luna_lua_observer l2 = {NULL, count_begin, count_end, &legacy2};
-  luna_lua_observer s = {NULL, count_begin, count_end, &selfish};
+  luna_lua_observer p = {NULL, count_begin, count_end, &profiler, NULL};
+  luna_lua_observer t = {NULL, count_begin, count_end, &tracer, NULL};
+  luna_lua_observer l = {NULL, count_begin, count_end, &legacy, NULL};
+  luna_lua_observer l2 = {NULL, count_begin, count_end, &legacy2, NULL};
+  luna_lua_observer s = {NULL, count_begin, count_end, &selfish, NULL};
   uint32_t pid = 0, tid = 0, sid = 0;
   (void)state;
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
@@ -238,7 +238,7 @@ static void observers_left_installed_are_freed_with_the_state(void **state) {
   luna_loop *loop;
   lua_State *L;
   counter c = {0};
-  luna_lua_observer o = {NULL, count_begin, count_end, &c};
+  luna_lua_observer o = {NULL, count_begin, count_end, &c, NULL};
   uint32_t id;
   (void)state;
   assert_int_equal(luna_loop_new(NULL, &loop), 0);
@@ -251,6 +251,52 @@ static void observers_left_installed_are_freed_with_the_state(void **state) {
   luna_loop_free(loop);
 }
 
+static void on_woken(void *ud, const luna_lua_task_event *ev) {
+  (void)ud;
+  note("%c%s@%d ", ev, '!');
+}
+
+static int push_42(lua_State *L, void *data) {
+  (void)data;
+  lua_pushinteger(L, 42);
+  return 1;
+}
+
+/* task_woken is told where a task is woken: a Task it awaited settling
+   (inside the waker's turn, before the woken task's next resume), and a
+   host Promise completed on another path (outside any resume, at the
+   timing whose run takes the inbox). The spawn-only and yield-only paths
+   wake nothing. */
+static void task_woken_sees_awaits_settle_and_promises_complete(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  luna_promise *p;
+  int begins = 0;
+  luna_lua_observer obs = {.resume_begin = on_begin, .ud = &begins, .task_woken = on_woken};
+  (void)state;
+  seen[0] = '\0';
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_task_state(loop);
+  assert_int_equal(luna_lua_add_observer(L, &obs, &(uint32_t){0}), 0);
+  run(L, "a = task.defer(function() task.yield() end) a.name = 'a'\n"
+         "w = task.defer(function() task.await(a) end) w.name = 'w'\n");
+  assert_int_equal(luna_loop_frame(loop, 0.01), 0); /* both start, a yields */
+  assert_int_equal(luna_loop_frame(loop, 0.01), 0); /* a ends and wakes w */
+  assert_string_equal(seen, "+a@8 +w@8 +a@8 !w@8 +w@8 ");
+  seen[0] = '\0';
+  assert_int_equal(luna_lua_promise_new(L, LUNA_UPDATE, &p), 0);
+  lua_setglobal(L, "p");
+  run(L, "h = task.defer(function() got = task.await(p) end) h.name = 'h'");
+  assert_int_equal(luna_loop_frame(loop, 0.01), 0); /* h starts, waits */
+  assert_int_equal(luna_promise_resolve(p, push_42, NULL, NULL), 0);
+  assert_int_equal(luna_loop_frame(loop, 0.01), 0); /* delivered at Update */
+  assert_string_equal(seen, "+h@8 !h@8 +h@8 ");
+  assert_int_equal(global_int(L, "got"), 42);
+  luna_promise_release(p);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(observer_sees_every_resume_with_its_name_and_timing),
@@ -258,6 +304,7 @@ int main(void) {
       cmocka_unit_test(public_and_internal_observers_see_the_same_resumes),
       cmocka_unit_test(observers_are_added_and_removed_by_id_independently),
       cmocka_unit_test(observers_left_installed_are_freed_with_the_state),
+      cmocka_unit_test(task_woken_sees_awaits_settle_and_promises_complete),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

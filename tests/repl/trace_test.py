@@ -48,7 +48,8 @@ def main():
     assert by_task.get("late") == ["Update", "LastPostLateUpdate", "Initialization"], by_task
     assert by_task.get("parent") == ["Update"] and by_task.get("child") == ["Update"], by_task
     assert by_task.get("remover") == ["Update", "Initialization"], by_task
-    assert len(slices) == 12, "one slice per resume, no more: %r" % by_task
+    assert by_task.get("waiter") == ["Update", "Initialization"], by_task
+    assert len(slices) == 14, "one slice per resume, no more: %r" % by_task
     check_flows(events, slices)
 
     frames = [e["args"]["frame"] for e in events if e["ph"] == "i" and e["name"] == "frame"]
@@ -66,24 +67,36 @@ def main():
 
 
 def check_flows(events, slices):
-    """One arrow from the main chunk (host track) to each task it created,
-    ids 2 to 5, and one from parent to child (id 6) on the Update track;
-    each ends at the first resume of its task, inside that slice."""
-    starts = sorted((e["id"], e["tid"]) for e in events if e["ph"] == "s")
-    ends = sorted((e["id"], e["tid"]) for e in events if e["ph"] == "f")
-    assert starts == [(2, 16), (3, 16), (4, 16), (5, 16), (6, 8)], starts
-    assert ends == [(2, 8), (3, 8), (4, 8), (5, 8), (6, 8)], ends
-    for e in events:
-        if e["ph"] in "sf":
-            assert e["cat"] == "spawn" and e["name"] == "spawn", e
-            assert (e["ph"] == "f") == (e.get("bp") == "e"), e
+    """One spawn arrow from the main chunk (host track) to each task it
+    created, ids 2 to 6, and one from parent to child (id 7) on the Update
+    track; each ends at the first resume of its task, inside that slice.
+    One wake arrow (id 2^40 + 1) from late's end to waiter's second slice,
+    both on the Initialization track: a task settles after its last resume,
+    so the arrow starts at a "woken" instant just after late's slice."""
+    flows = [e for e in events if e["ph"] in "sf"]
+    for e in flows:
+        assert e["cat"] in ("spawn", "wake") and e["name"] == e["cat"], e
+        assert (e["ph"] == "f") == (e.get("bp") == "e"), e
+    spawn = [e for e in flows if e["cat"] == "spawn"]
+    starts = sorted((e["id"], e["tid"]) for e in spawn if e["ph"] == "s")
+    ends = sorted((e["id"], e["tid"]) for e in spawn if e["ph"] == "f")
+    assert starts == [(2, 16), (3, 16), (4, 16), (5, 16), (6, 16), (7, 8)], starts
+    assert ends == [(2, 8), (3, 8), (4, 8), (5, 8), (6, 8), (7, 8)], ends
     first = {}
     for e in sorted(slices, key=lambda e: e["ts"]):
         first.setdefault(e["args"]["id"], e)
-    for e in events:
+    for e in spawn:
         if e["ph"] == "f":
             s = first[e["id"]]
             assert s["ts"] <= e["ts"] <= s["ts"] + s["dur"], (e, s)
+    wake = [(e["ph"], e["id"], e["tid"]) for e in flows if e["cat"] == "wake"]
+    assert wake == [("s", 2**40 + 1, 0), ("f", 2**40 + 1, 0)], wake
+    s, f = [e for e in flows if e["cat"] == "wake"]
+    late, waiter = [[x for x in slices if x["name"] == n][-1] for n in ("late", "waiter")]
+    assert late["ts"] + late["dur"] <= s["ts"] <= f["ts"], (s, late)
+    woken = [(e["tid"], e["ts"]) for e in events if e["ph"] == "i" and e["name"] == "woken"]
+    assert woken == [(0, s["ts"])], woken
+    assert waiter["ts"] <= f["ts"] <= waiter["ts"] + waiter["dur"], (f, waiter)
 
 
 def check_frames(events, nframes):

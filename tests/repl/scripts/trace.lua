@@ -12,6 +12,11 @@ local late = task.defer(function()
   task.yield("Initialization")
 end)
 late.name = "late"
+-- "waiter": starts at Update and awaits "late", whose end wakes it inside
+--           late's last resume: a wake arrow from that slice (on the
+--           Initialization track) to waiter's second slice there.
+local waiter = task.defer(function() task.await(late) end)
+waiter.name = "waiter"
 -- "parent": starts at Update and spawns "child" there, which ends at once
 --           (one slice each, and a flow arrow from parent to child; the
 --           main chunk has one to each task it created).
