@@ -69,6 +69,11 @@ LUNA_API size_t luna_lua_task_count(lua_State *L);
 /* Per-tick and periodic callbacks (task.on, task.every) registered in L. */
 LUNA_API size_t luna_lua_callback_count(lua_State *L);
 
+/* Calls of task.on and task.every callbacks made in L since it opened the
+   module (0 without a binding): a tracer's "callbacks run" is the
+   difference between two frames. Loop thread. */
+LUNA_API uint64_t luna_lua_callback_calls(lua_State *L);
+
 /* Errors reported so far in L (by the default handler or by task.on_error's
    handler; cancellations are never reported). */
 LUNA_API uint64_t luna_lua_error_count(lua_State *L);

@@ -19,8 +19,9 @@
 **     "spare" (cat "spare") from its end to the next frame's start: the
 **     time the driver slept or did its own work;
 **   - counters ("ph": "C") "tasks" (live tasks, before the frame), and after
-**     it "heap" (bytes the Lua state uses) and "callbacks" (the task.on and
-**     task.every callbacks registered in the state);
+**     it "heap" (bytes the Lua state uses), "callbacks" (the task.on and
+**     task.every callbacks registered in the state) and "callbacks_run"
+**     (their calls in that frame);
 **   - an instant event "deferred" (cat "budget") on a timing's track when
 **     its budget put callback calls off in that frame, with their count;
 **   - a slice "gc" (cat "gc") on the collector track (tid 18) for the
@@ -91,6 +92,7 @@ struct luna_trace {
   } *woken;
   size_t nwoken, woken_cap;
   uint64_t wakes; /* wake flows started so far */
+  uint64_t callback_calls; /* luna_lua_callback_calls at the last frame's end */
   /* The frame in progress and the end of the last one (0: none yet). */
   uint64_t frame;
   luna_ns frame_begin, frame_end;
@@ -377,6 +379,7 @@ int luna__trace_attach(luna_trace *tr, lua_State *L) {
   if (rc == 0) {
     tr->L = L;
     luna_lua_gc_get_stats(L, &tr->gc); /* work before the trace is not its */
+    tr->callback_calls = luna_lua_callback_calls(L);
     tr->loop = luna_lua_loop(L);
   }
   return rc;
@@ -491,8 +494,12 @@ void luna__trace_frame_end(luna_trace *tr) {
   if (tr->L != NULL)
     counter(tr, "heap", t,
             (double)lua_gc(tr->L, LUA_GCCOUNT, 0) * 1024 + lua_gc(tr->L, LUA_GCCOUNTB, 0));
-  if (tr->L != NULL)
+  if (tr->L != NULL) {
+    uint64_t calls = luna_lua_callback_calls(tr->L);
     counter(tr, "callbacks", t, (double)luna_lua_callback_count(tr->L));
+    counter(tr, "callbacks_run", t, (double)(calls - tr->callback_calls));
+    tr->callback_calls = calls;
+  }
 }
 
 bool luna__trace_close(luna_trace *tr) {

@@ -65,6 +65,11 @@ LUNA_API size_t luna_lua_callback_count(lua_State *L) {
   return b != NULL ? b->nhandles : 0;
 }
 
+LUNA_API uint64_t luna_lua_callback_calls(lua_State *L) {
+  luna__binding *b = luna__get_binding(L);
+  return b != NULL ? b->callback_calls : 0;
+}
+
 LUNA_API uint64_t luna_lua_error_count(lua_State *L) {
   luna__binding *b = luna__get_binding(L);
   return b != NULL ? b->errors : 0;

@@ -189,6 +189,7 @@ struct luna__binding {
   /* registered task.on handles */
   luna__handle *handles;
   size_t nhandles;
+  uint64_t callback_calls; /* task.on/every calls made so far (luna_lua_callback_calls) */
   bool cancelling;       /* a cancellation is unwinding */
   luna__ring cancels;    /* cancellations requested meanwhile */
   uint64_t spread_seq;   /* task.every{spread=true} registrations so far */

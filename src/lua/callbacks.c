@@ -90,6 +90,7 @@ static bool call_handle(luna__binding *b, luna__handle *h, lua_State *L, int top
     lua_pushnumber(L, dt);
   outer = luna__enter_thread(L);
   h->calling = true;
+  b->callback_calls++;
   calling = luna__begin_calling(b, L, LUNA__CALLING_CALLBACK);
   LUNA__OBSERVE(b, on_call, L, true);
   st = lua_pcall(L, 1, 0, top + 1);
@@ -145,6 +146,7 @@ static int stretch_body(lua_State *L) {
       continue; /* called again at the next run */
     s->cur = h;
     h->calling = true;
+    b->callback_calls++;
     lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
     lua_pushnumber(L, (lua_Number)dt / 1e9);
     LUNA__OBSERVE(b, on_call, L, true);

@@ -113,6 +113,9 @@ def check_frames(events, nframes):
     callbacks = [e["args"]["callbacks"] for e in events
                  if e["ph"] == "C" and e["name"] == "callbacks"]
     assert callbacks == [3] + [0] * (nframes - 1), callbacks
+    run = [e["args"]["callbacks_run"] for e in events
+           if e["ph"] == "C" and e["name"] == "callbacks_run"]
+    assert run == [1] + [0] * (nframes - 1), run
     deferred = [(e["tid"], e["args"]["callbacks"]) for e in events
                 if e["ph"] == "i" and e["name"] == "deferred"]
     assert deferred == [(8, 2)], deferred
