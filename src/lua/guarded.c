@@ -166,8 +166,8 @@ static int guarded_wrap(lua_State *L) {
    its awaiters are told, it ends "cancelled"), and returns true: closing
    a coroutine is how plain Lua says "this will not be resumed", and a
    stock close would run its __close handlers with no error and leave the
-   task waiting on a dead coroutine. Finding the task walks the live tasks
-   (luna__thread_task): task.cancel(t) is the O(1) way. */
+   task waiting on a dead coroutine. The thread is the task, so this is
+   task.cancel(co). */
 static int guarded_close(lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
   luna__binding *b;
@@ -180,9 +180,9 @@ static int guarded_close(lua_State *L) {
   if (lua_status(co) == LUA_OK && lua_getstack(co, 0, &ar))
     return luaL_error(L, "cannot close a normal coroutine");
   if (luna__in_await(co) && (b = luna__get_binding(L)) != NULL && b->loop != NULL &&
-      (t = luna__thread_task(b, co)) != NULL) {
+      (t = luna__record(co)) != NULL && !LUNA__SETTLED(t)) {
     lua_pushcfunction(L, luna__l_cancel);
-    luna__push_task(L, t);
+    lua_pushvalue(L, 1);
     lua_call(L, 1, 0);
     lua_pushboolean(L, 1);
     return 1;

@@ -74,6 +74,7 @@ static void detach(luna__binding *b) {
       luna_loop_free(b->loop);
     b->loop = NULL;
   }
+  luna__free_records(b); /* nothing holds them now: the loop forgot them */
   luna__ring_free(b, &b->ready);
   luna__ring_free(b, &b->cancels);
   luna__anchors_free(b);

@@ -51,7 +51,7 @@ static void fill_event(luna__task *t, luna_lua_task_event *ev) {
   ev->id = t->id;
   ev->name = NULL;
   ev->timing = t->b->loop != NULL ? luna_loop_current_timing(t->b->loop) : -1;
-  if (t->ref == LUA_NOREF || !lua_checkstack(L, 3))
+  if (!lua_checkstack(L, 3))
     return;
   luna__push_task(L, t);
   if (luna__push_name(L, -1) == LUA_TSTRING)
