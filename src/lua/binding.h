@@ -9,8 +9,9 @@
 ** parts (task.c, taskobj.c, await.c, internal.c, introspect.c, callbacks.c).
 **
 ** Handles (task.on, task.every) are kept alive by plain luaL_ref entries of
-** the registry. A task is a full userdata (luna__task) whose one user value
-** is its coroutine; its name, rarely set, lives in a weak-keyed side table.
+** the registry. A task is its coroutine, whose extra space leads to the C
+** record (luna__task, task.h); its name, rarely set, lives in a weak-keyed
+** side table.
 ** While a task is not settled, the binding holds it in its anchor table
 ** (anchors.c), so the garbage collector never frees a task that something may
 ** still wake.
@@ -169,8 +170,8 @@ struct luna__binding {
   size_t ntasks;         /* live (unsettled) tasks */
   uint64_t next_id;
   /* what keeps unsettled tasks alive (anchors.c) */
-  lua_State *anchor_L;   /* [1] the anchor table, [2] the Task metatable;
-                            user value 1 of the binding's userdata */
+  lua_State *anchor_L;   /* [1] the anchor table; user value 1 of the
+                            binding's userdata */
   struct {
     int *a;
     size_t count, cap;   /* cap >= nslots: releasing never allocates */

@@ -1,8 +1,8 @@
 /*
 ** names.c: what a task is called, and the side tables that keep the facts
 ** few tasks have. A task's name, its creation traceback and its
-** t:handled() mark live in weak-keyed tables of the registry rather than
-** in user values that every task would pay for; the label of a task in a
+** t:handled() mark live in weak-keyed tables of the registry, keyed by its
+** thread, rather than in fields that every task would pay for; the label of a task in a
 ** report is its name, or where its function was defined.
 **
 ** Also the two helpers every file of src/lua uses for tables kept in the
