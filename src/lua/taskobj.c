@@ -249,11 +249,6 @@ static const luaL_Reg task_meta[] = {
    errors would mislead); getmetatable gives "lunaloop.Task" for any
    thread. Raises when threads already have a metatable: the host set its
    own, and one of the two would lose its methods (docs/embedding.md).
-   Sets the main thread's extra space to NULL (stock Lua leaves it
-   uninitialized): every thread made from now on starts with a copy of
-   it, which is how a plain coroutine is told from a task. The binding
-   owns the extra space of every thread of the state; a coroutine made
-   before the module opened carries what the main thread's held then.
    t:await() is task.await (await.c), with the binding b as its upvalue as
    the module's awaits have it. */
 int luna__open_task(lua_State *L, luna__binding *b) {
@@ -275,6 +270,5 @@ int luna__open_task(lua_State *L, luna__binding *b) {
   lua_pushcclosure(L, l_index, 1);
   lua_setfield(L, -2, "__index");
   lua_remove(L, -2); /* the thread */
-  *(uintptr_t *)lua_getextraspace(b->L) = 0;
   return 1;
 }
