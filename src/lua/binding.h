@@ -169,6 +169,11 @@ struct luna__binding {
                             begin_close): new work is refused */
   size_t ntasks;         /* live (unsettled) tasks */
   uint64_t next_id;
+  /* The task records (task.c): blocks of LUNA__RECORD_BLOCK records from
+     the state's allocator, a list through their first word; the free
+     records, a list through theirs. Kept until the binding closes. */
+  void *record_blocks;
+  luna__task *free_records;
   /* what keeps unsettled tasks alive (anchors.c) */
   lua_State *anchor_L;   /* [1] the anchor table; user value 1 of the
                             binding's userdata */

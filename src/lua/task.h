@@ -74,9 +74,9 @@ typedef enum luna__wait {
 } luna__wait;
 
 /* 72 bytes on 64-bit targets, in the order a resume touches them: the
-   first 48 are all a yield round trip reads and writes. Allocated through
-   the state's allocator (a mod's capped one counts it) and freed when the
-   task is released (task.c). */
+   first 48 are all a yield round trip reads and writes. Taken from the
+   binding's blocks of records (the state's allocator, so a mod's cap
+   counts them) and given back when the task is released (task.c). */
 struct luna__task {
   luna__binding *b;
   lua_State *co;      /* the coroutine, the task's handle; kept alive by the
