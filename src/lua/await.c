@@ -238,7 +238,13 @@ static int mark_index(lua_State *co) {
 }
 
 bool luna__in_await(lua_State *co) {
-  return lua_status(co) == LUA_YIELD && mark_index(co) > 0;
+  luna__task *t;
+  if (lua_status(co) == LUA_YIELD)
+    return mark_index(co) > 0;
+  /* A task not started yet (task.defer, task.spawn_at): its thread holds
+     its function and arguments, and only the scheduler may start it. */
+  t = luna__record(co);
+  return t != NULL && t->state == LUNA__PENDING;
 }
 
 int luna__refuse_resume(lua_State *L, luna__task *t, lua_KContext ctx, lua_KFunction k) {

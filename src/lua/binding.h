@@ -505,8 +505,9 @@ int luna__suspend(lua_State *L, luna__task *t);
    (luna__running_task is its task) and otherwise return
    luna__refuse_resume(L, t, ctx, k). */
 int luna__yield_task(lua_State *L, lua_KContext ctx, lua_KFunction k);
-/* True when co is a task's coroutine suspended in an await (luna__yield_task
-   marked its frame). For any thread; a read of each value of its frame. */
+/* True when co is a task's coroutine that only the scheduler may resume:
+   suspended in an await (luna__yield_task marked its frame), or not
+   started yet. For any thread; a read of each value of its frame. */
 bool luna__in_await(lua_State *co);
 /* A continuation found it was resumed by someone else than the scheduler (a
    coroutine.resume captured before the binding guarded it, a host's

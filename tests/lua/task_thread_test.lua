@@ -47,6 +47,24 @@ H.case("a_plain_coroutine_given_to_task_methods_raises_not_a_task", function()
   t:cancel()
 end)
 
+-- A task's thread is handed out before the task starts (task.defer,
+-- task.spawn_at): coroutine.resume on it ran the task's function with the
+-- caller's values, outside the scheduler. It is refused as for a
+-- suspended task, and coroutine.close cancels it.
+H.case("a_task_not_started_yet_is_the_scheduler_s_to_start", function()
+  local ran
+  local t = task.defer(function(...) ran = {...}; return "r" end)
+  H.raises(function() coroutine.resume(t, "forged") end, "cannot resume a task's coroutine")
+  H.eq({ran, t:status(), coroutine.status(t)}, {nil, "suspended", "suspended"})
+  H.frames(1)
+  H.eq({ran, t:status()}, {{}, "done"})
+  local t2 = task.spawn_at("PostLateUpdate", function() ran = "t2" end)
+  H.eq(coroutine.close(t2), true)
+  H.eq(t2:status(), "cancelled")
+  H.frames(1)
+  H.eq(ran, {}, "a closed task never starts")
+end)
+
 H.case("the_thread_metatable_is_protected", function()
   local t = task.spawn(function() end)
   H.eq(getmetatable(t), "lunaloop.Task")
