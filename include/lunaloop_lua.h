@@ -7,8 +7,11 @@
 ** promise functions that lunaloop/promise.h marks ANY thread (completing,
 ** polling, retaining and releasing a promise).
 **
-** Lifetimes: a Task is a Lua value; it stays alive while it is not settled
-** (the binding holds it) and is collected like any value afterwards.
+** Lifetimes: a Task is a Lua thread, the task's own coroutine; it stays
+** alive while it is not settled (the binding holds it) and is collected
+** like any value afterwards. The module owns the extra space of every
+** thread (lua_getextraspace) and the thread metatable of the state
+** (docs/embedding.md, "Tasks are threads").
 **
 ** Bad input: given a NULL state, or one without a binding, the functions
 ** below return LUNA_EINVAL, 0, NULL or false, as each says. Not detectable,
@@ -53,9 +56,11 @@ LUNA_API luna_loop *luna_lua_loop(lua_State *L);
 
 /* Spawns a task from the function below `nargs` arguments on top of L's
    stack, like task.spawn: it runs now until its first await. Pops the
-   function and arguments and pushes the Task. `name` (may be NULL) names the
-   task in reports ("main" for a script's main chunk). Called from a C
-   function that a task runs, the new task runs nested, as with task.spawn.
+   function and arguments and pushes the Task, which is the task's thread
+   (lua_tothread gives its lua_State: do not resume it, the scheduler
+   does). `name` (may be NULL) names the task in reports ("main" for a
+   script's main chunk). Called from a C function that a task runs, the
+   new task runs nested, as with task.spawn.
    Returns 0, or LUNA_EINVAL (nothing popped) when the value is not a
    function or there is no binding. Creating the task allocates: out of
    memory (or a state that is closing) raises a Lua error, so call it from

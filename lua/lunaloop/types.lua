@@ -24,8 +24,12 @@
 
 ---@alias lunaloop.Awaitable lunaloop.Task | lunaloop.Promise
 
----A task: a coroutine run by the scheduler. Alive while not settled.
----@class lunaloop.Task
+---A task: a coroutine run by the scheduler, and the task is that coroutine:
+---type(t) == "thread", coroutine.running() in its code is t. The methods live in
+---the (protected) metatable of threads; on a plain coroutine each raises "not a
+---task". Alive while not settled; a settled task keeps its status, results,
+---name and id for as long as the thread lives.
+---@class lunaloop.Task: thread
 ---@field name string? settable; used in reports and tostring
 ---@field id integer creation number in this Lua state, from 1
 ---@overload fun(): nil

@@ -142,16 +142,6 @@ void luna__end_walk(luna__binding *b) {
   b->slots_held = false;
 }
 
-luna__task *luna__thread_task(luna__binding *b, lua_State *co) {
-  int slot;
-  for (slot = 1; slot <= b->nslots; slot++) {
-    luna__task *t = luna__anchored(b, slot);
-    if (t != NULL && t->co == co)
-      return t;
-  }
-  return NULL;
-}
-
 void luna__anchors_free(luna__binding *b) {
   void *ud;
   lua_Alloc alloc = lua_getallocf(b->L, &ud);
@@ -161,10 +151,6 @@ void luna__anchors_free(luna__binding *b) {
 }
 
 void luna__push_task(lua_State *L, luna__task *t) {
-  if (t->ref == LUA_NOREF) {
-    lua_pushnil(L);
-    return;
-  }
   lua_rawgeti(t->b->anchor_L, 1, t->ref);
   lua_xmove(t->b->anchor_L, L, 1);
 }

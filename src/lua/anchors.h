@@ -2,8 +2,9 @@
 ** anchors.h: what keeps unsettled tasks alive (anchors.c), for task.c.
 **
 ** An unsettled task is kept alive by its slot in the binding's anchor
-** table, which sits at index 1 of the binding's own thread b->anchor_L
-** (next to the Task metatable at index 2); the free slots are a C array.
+** table, which holds its thread and sits at index 1 of the binding's own
+** thread b->anchor_L; the free slots are a C array. A task keeps its slot
+** as long as it keeps its record (task.h).
 ** Taking and releasing a slot is a stack read and one table write, which
 ** is why the two are inline here: every spawn anchors a task and every
 ** settled task is released, and luaL_ref/luaL_unref would cost a free list
@@ -23,7 +24,7 @@
    on L, having changed nothing. */
 void luna__anchors_grow(lua_State *L, luna__binding *b);
 
-/* Anchors the task userdata on top of L (left there) and returns its slot.
+/* Anchors the task's thread on top of L (left there) and returns its slot.
    Raises a memory error on L, having changed nothing. */
 static inline int luna__anchor(lua_State *L, luna__binding *b) {
   int slot;
@@ -56,11 +57,11 @@ static inline void luna__unanchor(luna__binding *b, int slot) {
    luna__walk_task, inline for the walks of anchors.c and task.c (one per
    live task when all of them are cancelled). */
 static inline luna__task *luna__anchored(luna__binding *b, int slot) {
-  luna__task *t;
+  lua_State *co;
   lua_rawgeti(b->anchor_L, 1, slot);
-  t = (luna__task *)lua_touserdata(b->anchor_L, -1);
+  co = lua_tothread(b->anchor_L, -1);
   lua_pop(b->anchor_L, 1);
-  return t;
+  return co != NULL ? luna__record(co) : NULL;
 }
 
 #endif

@@ -238,7 +238,13 @@ static int mark_index(lua_State *co) {
 }
 
 bool luna__in_await(lua_State *co) {
-  return lua_status(co) == LUA_YIELD && mark_index(co) > 0;
+  luna__task *t;
+  if (lua_status(co) == LUA_YIELD)
+    return mark_index(co) > 0;
+  /* A task not started yet (task.defer, task.spawn_at): its thread holds
+     its function and arguments, and only the scheduler may start it. */
+  t = luna__record(co);
+  return t != NULL && t->state == LUNA__PENDING;
 }
 
 int luna__refuse_resume(lua_State *L, luna__task *t, lua_KContext ctx, lua_KFunction k) {
@@ -424,16 +430,19 @@ static int l_wait_while(lua_State *L) {
    results or raise its error (the cancellation error when it was
    cancelled). A settled task answers at once. */
 int luna__l_await(lua_State *L) {
-  luna__task *target = luna__test_task(L, 1);
-  luna__task *t;
-  if (target == NULL && luna__is_promise(L, 1)) /* a host's promise: promise.c */
+  lua_State *co = luna__test_thread(L, 1);
+  luna__task *target, *t;
+  if (co == NULL && luna__is_promise(L, 1)) /* a host's promise: promise.c */
     return luna__await_promise(L, 1, true);
-  if (target == NULL)
+  if (co == NULL && lua_type(L, 1) == LUA_TTHREAD)
+    return luaL_argerror(L, 1, "Task or Promise expected, got a plain coroutine");
+  if (co == NULL)
     return luaL_typeerror(L, 1, "Task or Promise");
   t = await_task(L, "task.await");
-  if (LUNA__SETTLED(target)) {
-    int n = luna__push_result(L, target);
-    if (target->state == LUNA__DONE)
+  target = luna__record(co);
+  if (target == NULL || LUNA__SETTLED(target)) {
+    int n = luna__push_result(L, t->b, co);
+    if (luna__thread_state(co) == LUNA__DONE)
       return n - 1;
     return lua_error(L);
   }

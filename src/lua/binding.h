@@ -9,8 +9,9 @@
 ** parts (task.c, taskobj.c, await.c, internal.c, introspect.c, callbacks.c).
 **
 ** Handles (task.on, task.every) are kept alive by plain luaL_ref entries of
-** the registry. A task is a full userdata (luna__task) whose one user value
-** is its coroutine; its name, rarely set, lives in a weak-keyed side table.
+** the registry. A task is its coroutine, whose extra space leads to the C
+** record (luna__task, task.h); its name, rarely set, lives in a weak-keyed
+** side table.
 ** While a task is not settled, the binding holds it in its anchor table
 ** (anchors.c), so the garbage collector never frees a task that something may
 ** still wake.
@@ -168,9 +169,14 @@ struct luna__binding {
                             begin_close): new work is refused */
   size_t ntasks;         /* live (unsettled) tasks */
   uint64_t next_id;
+  /* The task records (task.c): blocks of LUNA__RECORD_BLOCK records from
+     the state's allocator, a list through their first word; the free
+     records, a list through theirs. Kept until the binding closes. */
+  void *record_blocks;
+  luna__task *free_records;
   /* what keeps unsettled tasks alive (anchors.c) */
-  lua_State *anchor_L;   /* [1] the anchor table, [2] the Task metatable;
-                            user value 1 of the binding's userdata */
+  lua_State *anchor_L;   /* [1] the anchor table; user value 1 of the
+                            binding's userdata */
   struct {
     int *a;
     size_t count, cap;   /* cap >= nslots: releasing never allocates */
@@ -500,8 +506,9 @@ int luna__suspend(lua_State *L, luna__task *t);
    (luna__running_task is its task) and otherwise return
    luna__refuse_resume(L, t, ctx, k). */
 int luna__yield_task(lua_State *L, lua_KContext ctx, lua_KFunction k);
-/* True when co is a task's coroutine suspended in an await (luna__yield_task
-   marked its frame). For any thread; a read of each value of its frame. */
+/* True when co is a task's coroutine that only the scheduler may resume:
+   suspended in an await (luna__yield_task marked its frame), or not
+   started yet. For any thread; a read of each value of its frame. */
 bool luna__in_await(lua_State *co);
 /* A continuation found it was resumed by someone else than the scheduler (a
    coroutine.resume captured before the binding guarded it, a host's

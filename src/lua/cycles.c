@@ -102,7 +102,8 @@ bool luna__awaits(lua_State *L, luna__task *from, luna__task *goal) {
 }
 
 /* Adds `delta` (1 or -1) to the dependents of each Task in the list at
-   `list` (settled ones too: depend and undepend count the same set). */
+   `list` that has a record (settled ones too: depend and undepend count
+   the same set, since a task that loses its record never gets it back). */
 static void count_listed(lua_State *L, int list, int delta) {
   lua_Integer i, n = (lua_Integer)lua_rawlen(L, list);
   for (i = 1; i <= n; i++) {
@@ -120,6 +121,8 @@ void luna__depend(lua_State *L, int task_idx, int list_idx) {
   task_idx = lua_absindex(L, task_idx);
   list_idx = lua_absindex(L, list_idx);
   luaL_checktype(L, list_idx, LUA_TTABLE);
+  if (t == NULL)
+    luaL_error(L, "lunaloop: a settled task cannot wait");
   if (t->has_deps)
     luaL_error(L, "lunaloop: a task's waits were declared twice");
   push_deps(L);
@@ -134,14 +137,14 @@ void luna__depend(lua_State *L, int task_idx, int list_idx) {
 void luna__depend_one(lua_State *L, int task_idx, int dep_idx) {
   luna__task *t = luna__check_task(L, task_idx);
   luna__task *d = luna__check_task(L, dep_idx);
-  if (t->has_deps)
+  if (t != NULL && d != NULL && t->has_deps)
     d->dependents++;
 }
 
 void luna__undepend(lua_State *L, int task_idx) {
   luna__task *t = luna__check_task(L, task_idx);
   task_idx = lua_absindex(L, task_idx);
-  if (!t->has_deps)
+  if (t == NULL || !t->has_deps)
     return;
   push_deps(L);
   lua_pushvalue(L, task_idx);

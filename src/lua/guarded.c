@@ -1,6 +1,7 @@
 /*
-** guarded.c: the guarded xpcall and coroutine.resume, coroutine.wrap and
-** coroutine.close. luna_lua_interrupt puts its hook on luna__running, the
+** guarded.c: the guarded xpcall and coroutine.resume, coroutine.wrap,
+** coroutine.close and coroutine.status (which calls a settled task's
+** thread dead). luna_lua_interrupt puts its hook on luna__running, the
 ** thread the binding resumed last; a plain coroutine that a task resumes
 ** runs on a thread of its own, where the hook would never see it, so these
 ** versions make the coroutine luna__running while it runs and carry an
@@ -166,8 +167,8 @@ static int guarded_wrap(lua_State *L) {
    its awaiters are told, it ends "cancelled"), and returns true: closing
    a coroutine is how plain Lua says "this will not be resumed", and a
    stock close would run its __close handlers with no error and leave the
-   task waiting on a dead coroutine. Finding the task walks the live tasks
-   (luna__thread_task): task.cancel(t) is the O(1) way. */
+   task waiting on a dead coroutine. The thread is the task, so this is
+   task.cancel(co). */
 static int guarded_close(lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
   luna__binding *b;
@@ -180,9 +181,9 @@ static int guarded_close(lua_State *L) {
   if (lua_status(co) == LUA_OK && lua_getstack(co, 0, &ar))
     return luaL_error(L, "cannot close a normal coroutine");
   if (luna__in_await(co) && (b = luna__get_binding(L)) != NULL && b->loop != NULL &&
-      (t = luna__thread_task(b, co)) != NULL) {
+      (t = luna__record(co)) != NULL && !LUNA__SETTLED(t)) {
     lua_pushcfunction(L, luna__l_cancel);
-    luna__push_task(L, t);
+    lua_pushvalue(L, 1);
     lua_call(L, 1, 0);
     lua_pushboolean(L, 1);
     return 1;
@@ -198,6 +199,23 @@ static int guarded_close(lua_State *L) {
     return 1;
   lua_xmove(co, L, 1);
   return 2;
+}
+
+/* coroutine.status(co): the stock answer, except for a settled task's
+   thread: it still holds the task's outcome, which the stock function
+   would take for a coroutine not started yet ("suspended"); it is
+   "dead", as resume and close treat it. Upvalue 1: the stock function. */
+static int guarded_status(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  luaL_argexpected(L, co != NULL, 1, "coroutine");
+  if (luna__ended_task_thread(co)) {
+    lua_pushliteral(L, "dead");
+    return 1;
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
 }
 
 lua_State *luna__push_coroutine(lua_State *L) {
@@ -224,8 +242,16 @@ static const luaL_Reg guarded_coroutine_funcs[] = {
 /* ---- opening ------------------------------------------------------------------ */
 
 void luna__guard_coroutines(lua_State *L) {
-  if (lua_getglobal(L, "coroutine") == LUA_TTABLE)
+  if (lua_getglobal(L, "coroutine") == LUA_TTABLE) {
     luaL_setfuncs(L, guarded_coroutine_funcs, 0);
+    if (lua_getfield(L, -1, "status") == LUA_TFUNCTION &&
+        lua_tocfunction(L, -1) != guarded_status) {
+      lua_pushcclosure(L, guarded_status, 1);
+      lua_setfield(L, -2, "status");
+    } else {
+      lua_pop(L, 1);
+    }
+  }
   lua_pop(L, 1);
 }
 

@@ -41,7 +41,7 @@ static int l_suspend(lua_State *L) {
 static int l_wake(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
   int n = lua_gettop(L) - 1;
-  if (t->state != LUNA__SUSPENDED || t->wait != LUNA__W_EXTERNAL) {
+  if (t == NULL || t->state != LUNA__SUSPENDED || t->wait != LUNA__W_EXTERNAL) {
     lua_pushboolean(L, 0);
     return 1;
   }
@@ -64,7 +64,7 @@ static int l_start(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
   luna__binding *b = luna__check_binding(L);
   bool before = luna__cancel_pending(L, b);
-  if (t->state == LUNA__PENDING && !t->cancel_requested) {
+  if (t != NULL && t->state == LUNA__PENDING && !t->cancel_requested) {
     lua_State *saved = luna__enter_exec(b, L);
     luna__start(b, t);
     luna__leave_exec(b, saved);
@@ -77,13 +77,17 @@ static int l_start(lua_State *L) {
    current or next await that does not cancel t. */
 static int l_interrupt(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
-  luna__interrupt(t->b, t);
-  luna__pump(t->b);
+  if (t != NULL) {
+    luna__interrupt(t->b, t);
+    luna__pump(t->b);
+  }
   return 0;
 }
 
 static int l_clear_interrupt(lua_State *L) {
-  luna__check_task(L, 1)->interrupt = false;
+  luna__task *t = luna__check_task(L, 1);
+  if (t != NULL)
+    t->interrupt = false;
   return 0;
 }
 
@@ -95,7 +99,10 @@ static int l_clear_interrupt(lua_State *L) {
 static int l_cancel(lua_State *L) {
   luna__task *t = luna__check_task(L, 1);
   luna__binding *b = luna__check_binding(L);
-  lua_State *saved = luna__enter_exec(b, L);
+  lua_State *saved;
+  if (t == NULL)
+    return 0;
+  saved = luna__enter_exec(b, L);
   luna__cancel(b, t);
   luna__leave_exec(b, saved);
   return 0;
@@ -110,7 +117,8 @@ static int l_cancel_error(lua_State *L) {
 
 /* cancel_requested(t) -> boolean */
 static int l_cancel_requested(lua_State *L) {
-  lua_pushboolean(L, luna__check_task(L, 1)->cancel_requested);
+  luna__task *t = luna__check_task(L, 1);
+  lua_pushboolean(L, t != NULL && t->cancel_requested);
   return 1;
 }
 
@@ -124,7 +132,7 @@ static int l_report(lua_State *L) {
     luna__report(b, L, 1, lua_isnil(L, 2) ? 0 : 2, 0, "promise");
     return 0;
   }
-  luna__check_task(L, 3);
+  luna__check_thread(L, 3);
   luna__report_task(b, L, 1, lua_isnil(L, 2) ? 0 : 2, 3, NULL);
   return 0;
 }
@@ -146,7 +154,7 @@ static int l_timeout_error(lua_State *L) {
 static int l_awaits(lua_State *L) {
   luna__task *x = luna__test_task(L, 1);
   luna__task *t = luna__check_task(L, 2);
-  lua_pushboolean(L, x != NULL && luna__awaits(L, x, t));
+  lua_pushboolean(L, x != NULL && t != NULL && luna__awaits(L, x, t));
   return 1;
 }
 
@@ -177,7 +185,7 @@ static int l_metatable(lua_State *L) {
 
 /* is_task(x) -> boolean */
 static int l_is_task(lua_State *L) {
-  lua_pushboolean(L, luna__test_task(L, 1) != NULL);
+  lua_pushboolean(L, luna__test_thread(L, 1) != NULL);
   return 1;
 }
 

@@ -157,15 +157,15 @@ static void write_escaped(FILE *out, const char *s, size_t len) {
 /* Writes "task NAME (#ID)", or "task #ID" for a task without a name; the
    Task of t is on top of L (left there). */
 static void write_task_name(lua_State *L, FILE *out) {
-  luna__task *t = (luna__task *)lua_touserdata(L, -1);
+  unsigned long long id = (unsigned long long)luna__thread_id(lua_tothread(L, -1));
   size_t len;
   if (luna__push_name(L, -1) == LUA_TSTRING) {
     const char *name = lua_tolstring(L, -1, &len);
     fputs("task ", out);
     write_escaped(out, name, len);
-    fprintf(out, " (#%llu)", (unsigned long long)t->id);
+    fprintf(out, " (#%llu)", id);
   } else
-    fprintf(out, "task #%llu", (unsigned long long)t->id);
+    fprintf(out, "task #%llu", id);
   lua_pop(L, 1);
 }
 
@@ -280,15 +280,26 @@ static void set_int(lua_State *L, const char *key, lua_Integer v) {
    and age (frames since creation), and traceback: where the task was
    created, when task.debug{creation_traceback = true} was on then. */
 int luna__l_info(lua_State *L) {
-  luna__task *t = luna__check_task(L, 1);
-  const char *wait = luna__wait_name(t);
-  uint64_t frame = t->b->loop != NULL ? luna_loop_frame_count(t->b->loop) : 0;
+  lua_State *co = luna__check_thread(L, 1);
+  luna__task *t = luna__record(co);
+  const char *wait;
+  uint64_t frame;
   lua_createtable(L, 0, 11);
-  set_int(L, "id", (lua_Integer)t->id);
+  set_int(L, "id", (lua_Integer)luna__thread_id(co));
   luna__push_name(L, 1);
   lua_setfield(L, -2, "name");
-  lua_pushstring(L, luna__status_name(t));
+  lua_pushstring(L, luna__thread_status(co));
   lua_setfield(L, -2, "status");
+  if (push_tracebacks(L, false)) {
+    lua_pushvalue(L, 1);
+    lua_rawget(L, -2);
+    lua_setfield(L, -3, "traceback");
+    lua_pop(L, 1);
+  }
+  if (t == NULL) /* settled, its record freed: what the thread still says */
+    return 1;
+  wait = luna__wait_name(t);
+  frame = t->b->loop != NULL ? luna_loop_frame_count(t->b->loop) : 0;
   if (wait != NULL) {
     lua_pushstring(L, wait);
     lua_setfield(L, -2, "wait");
@@ -324,12 +335,6 @@ int luna__l_info(lua_State *L) {
   }
   set_int(L, "created_frame", (lua_Integer)t->created_frame);
   set_int(L, "age", frame >= t->created_frame ? (lua_Integer)(frame - t->created_frame) : 0);
-  if (push_tracebacks(L, false)) {
-    lua_pushvalue(L, 1);
-    lua_rawget(L, -2);
-    lua_setfield(L, -3, "traceback");
-    lua_pop(L, 1);
-  }
   return 1;
 }
 

@@ -74,6 +74,7 @@ static void detach(luna__binding *b) {
       luna_loop_free(b->loop);
     b->loop = NULL;
   }
+  luna__free_records(b); /* nothing holds them now: the loop forgot them */
   luna__ring_free(b, &b->ready);
   luna__ring_free(b, &b->cancels);
   luna__anchors_free(b);
@@ -112,6 +113,13 @@ static int binding_gc(lua_State *L) {
 static int create_binding(lua_State *L, luna_loop *loop, bool owns) {
   luna__binding *b;
   int rc;
+  /* Every thread starts with a copy of the main thread's extra space,
+     which stock Lua leaves uninitialized: NULL from now on, so that a
+     coroutine made later (the anchor thread first) is never taken for a
+     task (task.h). */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  *(uintptr_t *)lua_getextraspace(lua_tothread(L, -1)) = 0;
+  lua_pop(L, 1);
   b = (luna__binding *)lua_newuserdatauv(L, sizeof *b, 1);
   memset(b, 0, sizeof *b);
   b->anchor_L = lua_newthread(L);

@@ -333,12 +333,8 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key) == LUA_TTABLE)
     return 1;
   lua_pop(L, 1);
-  luna__open_task(L, b);
+  luna__open_task(L, b); /* the Task metatable, below the module */
   luna__preallocate(L, b);
-  /* The Task metatable at index 2 of the anchor thread, for luna__new_task */
-  lua_settop(b->anchor_L, 1);
-  luaL_getmetatable(L, LUNA__TASK_MT);
-  lua_xmove(L, b->anchor_L, 1);
   lua_newtable(L);
   lua_pushlightuserdata(L, b);
   luaL_setfuncs(L, module_funcs, 1);
@@ -358,5 +354,12 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   lua_setfield(L, -2, "version");
   lua_pushvalue(L, -1);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &module_key);
+  /* The metatable of every thread (one per state), last: a failure above
+     leaves the state's threads as they were. Cannot raise. */
+  lua_pushthread(L);
+  lua_pushvalue(L, -3);
+  lua_setmetatable(L, -2);
+  lua_pop(L, 1);
+  lua_remove(L, -2);
   return 1;
 }

@@ -1,8 +1,8 @@
 /*
 ** names.c: what a task is called, and the side tables that keep the facts
 ** few tasks have. A task's name, its creation traceback and its
-** t:handled() mark live in weak-keyed tables of the registry rather than
-** in user values that every task would pay for; the label of a task in a
+** t:handled() mark live in weak-keyed tables of the registry, keyed by its
+** thread, rather than in fields that every task would pay for; the label of a task in a
 ** report is its name, or where its function was defined.
 **
 ** Also the two helpers every file of src/lua uses for tables kept in the
@@ -67,7 +67,8 @@ void luna__set_name(lua_State *L, int idx) {
 
 /* ---- labels in reports -------------------------------------------------- */
 
-void luna__task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size) {
+void luna__task_label(lua_State *L, int task_idx, char *buf, size_t size) {
+  lua_State *co = lua_tothread(L, task_idx);
   lua_Debug ar;
   int level = 0;
   luna__push_name(L, task_idx);
@@ -77,24 +78,23 @@ void luna__task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size
     return;
   }
   lua_pop(L, 1);
-  if (t->state == LUNA__FAILED && lua_type(t->co, 3) == LUA_TSTRING) {
-    snprintf(buf, size, "%s", lua_tostring(t->co, 3)); /* kept by finish_error: */
-    return;                                            /* the function is gone */
+  if (luna__thread_state(co) == LUNA__FAILED && lua_type(co, 3) == LUA_TSTRING) {
+    snprintf(buf, size, "%s", lua_tostring(co, 3)); /* kept by finish_error: */
+    return;                                        /* the function is gone */
   }
-  while (lua_getstack(t->co, level + 1, &ar))
+  while (lua_getstack(co, level + 1, &ar))
     level++;
-  if (lua_getstack(t->co, level, &ar) && lua_getinfo(t->co, "S", &ar) &&
-      ar.linedefined > 0)
+  if (lua_getstack(co, level, &ar) && lua_getinfo(co, "S", &ar) && ar.linedefined > 0)
     snprintf(buf, size, "%s:%d", ar.short_src, ar.linedefined);
   else
-    snprintf(buf, size, "#%llu", (unsigned long long)t->id);
+    snprintf(buf, size, "#%llu", (unsigned long long)luna__thread_id(co));
 }
 
 void luna__report_task(luna__binding *b, lua_State *L, int err_idx, int tb_idx, int task_idx,
                        const char *label) {
   char buf[LUNA__LABEL_SIZE], what[LUNA__LABEL_SIZE + 8]; /* "task " + label */
   if (label == NULL) {
-    luna__task_label(L, (luna__task *)lua_touserdata(L, task_idx), task_idx, buf, sizeof buf);
+    luna__task_label(L, task_idx, buf, sizeof buf);
     label = buf;
   }
   snprintf(what, sizeof what, "task %s", label);

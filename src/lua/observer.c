@@ -43,15 +43,15 @@ void luna__observers_free(luna__binding *b) {
   update_observed(b);
 }
 
-/* Fills ev for t. The name is read from the task's second user value on the
-   binding's main thread; the string stays referenced by the task, so the
+/* Fills ev for t. The name is read from the names side table (names.c) on
+   the binding's main thread; the string stays referenced there, so the
    pointer is valid during the callback. */
 static void fill_event(luna__task *t, luna_lua_task_event *ev) {
   lua_State *L = t->b->L;
   ev->id = t->id;
   ev->name = NULL;
   ev->timing = t->b->loop != NULL ? luna_loop_current_timing(t->b->loop) : -1;
-  if (t->ref == LUA_NOREF || !lua_checkstack(L, 3))
+  if (!lua_checkstack(L, 3))
     return;
   luna__push_task(L, t);
   if (luna__push_name(L, -1) == LUA_TSTRING)

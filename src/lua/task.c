@@ -22,12 +22,39 @@
 
 /* ---- checked accessors ---------------------------------------------------- */
 
+lua_State *luna__test_thread(lua_State *L, int idx) {
+  lua_State *co = lua_tothread(L, idx);
+  return co != NULL && luna__extra(co) != 0 ? co : NULL;
+}
+
+lua_State *luna__check_thread(lua_State *L, int idx) {
+  lua_State *co = luna__test_thread(L, idx);
+  if (co == NULL) {
+    if (lua_type(L, idx) == LUA_TTHREAD)
+      luaL_argerror(L, idx, "Task expected, got a plain coroutine");
+    luaL_typeerror(L, idx, "Task");
+  }
+  return co;
+}
+
 luna__task *luna__test_task(lua_State *L, int idx) {
-  return (luna__task *)luaL_testudata(L, idx, LUNA__TASK_MT);
+  lua_State *co = luna__test_thread(L, idx);
+  return co != NULL ? luna__record(co) : NULL;
 }
 
 luna__task *luna__check_task(lua_State *L, int idx) {
-  return (luna__task *)luaL_checkudata(L, idx, LUNA__TASK_MT);
+  return luna__record(luna__check_thread(L, idx));
+}
+
+luna__state luna__thread_state(lua_State *co) {
+  luna__task *t = luna__record(co);
+  return t != NULL ? (luna__state)t->state
+                   : (luna__state)(LUNA__DONE + ((luna__extra(co) >> 1) & 3u));
+}
+
+uint64_t luna__thread_id(lua_State *co) {
+  luna__task *t = luna__record(co);
+  return t != NULL ? t->id : (uint64_t)(luna__extra(co) >> 3);
 }
 
 const char *luna__status_name(const luna__task *t) {
@@ -47,15 +74,87 @@ const char *luna__status_name(const luna__task *t) {
   }
 }
 
+const char *luna__thread_status(lua_State *co) {
+  static const char *const settled[] = {"done", "failed", "cancelled"};
+  luna__task *t = luna__record(co);
+  return t != NULL ? luna__status_name(t) : settled[luna__thread_state(co) - LUNA__DONE];
+}
+
 /* ---- bookkeeping ------------------------------------------------------------ */
 
+/* ---- records ---------------------------------------------------------------- */
+
+/* Records come in blocks and go back to a free list, never to the
+   allocator while the binding lives: a task's record is freed when it
+   settles, so a malloc and a free a task would otherwise follow its life,
+   and glibc serves 72-byte requests from its fast bins, which it must
+   consolidate again and again when many tasks come and go (W3). A block
+   saves the allocator's header on each record too. 64 records, 4.6 KB. */
+#define LUNA__RECORD_BLOCK 64
+
+typedef struct record_block {
+  struct record_block *next;
+  luna__task rec[LUNA__RECORD_BLOCK];
+} record_block;
+
+/* A record from the free list, or NULL when no block can be had (the
+   state's allocator refused). Not zeroed. */
+static luna__task *take_record(luna__binding *b) {
+  luna__task *t = b->free_records;
+  if (t == NULL) {
+    void *ud;
+    lua_Alloc alloc = lua_getallocf(b->L, &ud);
+    record_block *blk = (record_block *)alloc(ud, NULL, 0, sizeof *blk);
+    int i;
+    if (blk == NULL)
+      return NULL;
+    blk->next = (record_block *)b->record_blocks;
+    b->record_blocks = blk;
+    for (i = LUNA__RECORD_BLOCK - 1; i >= 0; i--) {
+      *(luna__task **)&blk->rec[i] = t;
+      t = &blk->rec[i];
+    }
+  }
+  b->free_records = *(luna__task **)t;
+  return t;
+}
+
+/* Gives t's record back; its thread's extra space keeps the settled tag. */
+static void free_record(luna__binding *b, luna__task *t) {
+  *(uintptr_t *)lua_getextraspace(t->co) = luna__settled_tag(t->id, t->state);
+  *(luna__task **)t = b->free_records;
+  b->free_records = t;
+}
+
 /* Drops the binding's reference once nothing can reach the task any more:
-   it is settled and no continuation or ready entry holds its pointer. */
+   it is settled and no continuation or ready entry holds its pointer. The
+   record goes with it: from now on the thread is all there is. */
 static void maybe_release(luna__binding *b, luna__task *t) {
-  if (!LUNA__SETTLED(t) || t->pending != 0 || t->ref == LUA_NOREF)
+  if (!LUNA__SETTLED(t) || t->pending != 0)
     return;
   luna__unanchor(b, t->ref);
-  t->ref = LUA_NOREF;
+  free_record(b, t);
+}
+
+void luna__free_records(luna__binding *b) {
+  void *ud;
+  lua_Alloc alloc = lua_getallocf(b->L, &ud);
+  int slot;
+  for (slot = 1; slot <= b->nslots; slot++) {
+    luna__task *t = luna__anchored(b, slot);
+    if (t == NULL)
+      continue;
+    if (!LUNA__SETTLED(t))
+      t->state = LUNA__CANCELLED; /* (abandoned: luna__abandon_all) */
+    luna__unanchor(b, slot);
+    free_record(b, t);
+  }
+  while (b->record_blocks != NULL) {
+    record_block *blk = (record_block *)b->record_blocks;
+    b->record_blocks = blk->next;
+    alloc(ud, blk, sizeof *blk, 0);
+  }
+  b->free_records = NULL;
 }
 
 /* Appends a to the awaiters of target: a ring through on.await.next whose
@@ -215,10 +314,14 @@ static int outcome_count(luna__task *t) {
   return n > 0 && lua_touserdata(t->co, n) == (void *)&settled_mark ? n - 1 : n;
 }
 
+/* The slot of a failed task's outcome that counts the awaiters woken with
+   its error that have neither raised nor dropped it yet (take_failure): on
+   the thread, since the record is freed while they may still hold it. */
+#define LUNA__HOLDERS_SLOT 4
+
 /* Moves copies of the settled task's outcome onto the awaiter and queues it. */
 static void wake_awaiters(luna__binding *b, luna__task *t) {
-  if (t->state == LUNA__FAILED)
-    t->on.holders = 0;
+  lua_Integer holders = 0;
   while (t->aw_head != NULL) {
     luna__task *a = t->aw_head->on.await.next; /* the first */
     unlink_awaiter(a); /* O(1): its predecessor is the last */
@@ -247,7 +350,7 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
       lua_xmove(t->co, a->co, 1);
       a->on.ready.nresume = LUNA__FAILURE_NRESUME;
       a->resume_error = true;
-      t->on.holders++;
+      holders++;
     } else {
       lua_pushvalue(t->co, 1);
       lua_xmove(t->co, a->co, 1);
@@ -256,6 +359,10 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
     }
     a->state = LUNA__READY;
     ready_push(b, a);
+  }
+  if (holders > 0) { /* room: settle made it */
+    lua_pushinteger(t->co, holders);
+    lua_replace(t->co, LUNA__HOLDERS_SLOT);
   }
 }
 
@@ -266,10 +373,16 @@ static void wake_awaiters(luna__binding *b, luna__task *t) {
    [Task, error] for report_failure, and true is returned. (An awaiter that
    resumed raised it: the count then never reaches zero.) */
 static bool take_failure(luna__task *t, lua_State *L) {
-  luna__task *failed = NULL;
+  lua_State *failed = NULL;
+  lua_Integer left = -1;
   if (t->resume_error && t->on.ready.nresume == LUNA__FAILURE_NRESUME)
-    failed = luna__test_task(t->co, -2);
-  if (failed != NULL && --failed->on.holders == 0 && lua_checkstack(L, 2)) {
+    failed = luna__test_thread(t->co, -2);
+  if (failed != NULL && lua_gettop(failed) >= LUNA__HOLDERS_SLOT) {
+    left = lua_tointeger(failed, LUNA__HOLDERS_SLOT) - 1;
+    lua_pushinteger(failed, left); /* room: the settled mark's slot was checked for two */
+    lua_replace(failed, LUNA__HOLDERS_SLOT);
+  }
+  if (left == 0 && lua_checkstack(L, 2)) {
     lua_xmove(t->co, L, 2);
     return true;
   }
@@ -279,25 +392,26 @@ static bool take_failure(luna__task *t, lua_State *L) {
 
 /* Reports the failure take_failure moved to the top of L, and pops it. */
 static void report_failure(luna__binding *b, lua_State *L) {
-  luna__task *failed = luna__test_task(L, -2);
+  lua_State *failed = lua_tothread(L, -2);
   int top = lua_gettop(L);
   lua_checkstack(L, 3);
-  lua_pushvalue(failed->co, 2); /* the traceback: FAILED keeps [error, traceback] */
-  lua_xmove(failed->co, L, 1);
+  lua_pushvalue(failed, 2); /* the traceback: FAILED keeps [error, traceback, ...] */
+  lua_xmove(failed, L, 1);
   if (!luna__hold_failure(b, L, top - 1)) /* marked t:handled(): held instead */
     luna__report_task(b, L, top, top + 1, top - 1, NULL);
   lua_settop(L, top - 2);
 }
 
 /* Settles t: status, unlink, wake awaiters, release. The outcome is on t->co:
-   the results for DONE, [error, traceback, label] for FAILED (the label
-   for reports made later: luna__task_label), [error, nil] otherwise; the
-   settled mark goes on top. */
+   the results for DONE, [error, traceback, label, holders] for FAILED (the
+   label for reports made later: luna__task_label; holders: see
+   LUNA__HOLDERS_SLOT), [error, nil] otherwise; the settled mark goes on
+   top, with room for one value more above it. */
 static void settle(luna__binding *b, luna__task *t, luna__state state) {
   t->state = (uint8_t)state;
   t->wait = LUNA__W_NONE;
   b->ntasks--;
-  if (lua_checkstack(t->co, 1)) /* false at the stack's limit or out of memory */
+  if (lua_checkstack(t->co, 2)) /* false at the stack's limit or out of memory */
     lua_pushlightuserdata(t->co, (void *)&settled_mark);
   wake_awaiters(b, t);
   maybe_release(b, t);
@@ -428,7 +542,7 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
   tb = lua_gettop(L);
   luna__push_task(L, t);
   task_idx = lua_gettop(L);
-  luna__task_label(L, t, task_idx, label, sizeof label);
+  luna__task_label(L, task_idx, label, sizeof label);
   close_with_error(b, t, L, err, task_idx, label);
 
   if (t->cancel_requested && !cancelled) {
@@ -452,7 +566,8 @@ static LUNA__NOINLINE void finish_error(luna__binding *b, luna__task *t, int sta
       lua_pop(L, 1);
       lua_pushnil(L);
     }
-    lua_xmove(L, t->co, 3);
+    lua_pushinteger(L, 0); /* LUNA__HOLDERS_SLOT */
+    lua_xmove(L, t->co, 4);
     /* Whether anyone will raise the error is decided now, after the
        __close handlers ran: one may have cancelled the only awaiter (an
        awaiter cancelled later, before it resumed, reports it itself:
@@ -741,21 +856,11 @@ void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool
 luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs) {
   luna__task *t;
   lua_State *co;
-  int i;
+  int i, ref;
   if (b->closing)
     luaL_error(L, LUNA__CLOSING_MSG);
   fn_idx = lua_absindex(L, fn_idx);
-  t = (luna__task *)lua_newuserdatauv(L, sizeof *t, 1);
-  memset(t, 0, sizeof *t);
-  t->ref = LUA_NOREF;
-  /* The Task metatable, kept at index 2 of the anchor thread by
-     luna__open_module: a stack read, where luaL_setmetatable would look it
-     up by name in the registry on every spawn. */
-  lua_pushvalue(b->anchor_L, 2);
-  lua_xmove(b->anchor_L, L, 1);
-  lua_setmetatable(L, -2);
   co = lua_newthread(L);
-  lua_setiuservalue(L, -2, 1);
   /* Copies of the function and its arguments go through L: room on both.
      (A C function is only promised LUA_MINSTACK free slots.) */
   if (!lua_checkstack(L, nargs + 4) || !lua_checkstack(co, nargs + 1))
@@ -763,13 +868,24 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   for (i = 0; i <= nargs; i++)
     lua_pushvalue(L, fn_idx + i);
   lua_xmove(L, co, nargs + 1);
+  ref = luna__anchor(L, b);
+  /* The record last: everything above may raise, and a raise after it
+     would lose it. Only the slot must be given back if it cannot be had. */
+  t = take_record(b);
+  if (t == NULL) {
+    luna__unanchor(b, ref);
+    LUNA__PUSH_MEMERR(L);
+    lua_error(L);
+  }
+  memset(t, 0, sizeof *t);
+  *(luna__task **)lua_getextraspace(co) = t;
   t->b = b;
   t->co = co;
+  t->ref = ref;
   t->state = LUNA__PENDING;
   t->on.ready.nresume = nargs;
   t->id = ++b->next_id;
   t->created_frame = luna__loop_frame(b->loop);
-  t->ref = luna__anchor(L, b);
   b->ntasks++;
   if (b->creation_traceback)
     luna__note_creation(L);
@@ -1034,30 +1150,34 @@ void luna__drop_continuation(luna__task *t) {
 
 /* ---- results ------------------------------------------------------------------------ */
 
-bool luna__has_outcome(const luna__task *t) {
-  return LUNA__SETTLED(t) || (t->cancel_requested && t->state != LUNA__RUNNING);
+bool luna__has_outcome(lua_State *co) {
+  luna__task *t = luna__record(co);
+  return t == NULL || LUNA__SETTLED(t) || (t->cancel_requested && t->state != LUNA__RUNNING);
 }
 
-int luna__push_result(lua_State *L, luna__task *t) {
-  if (!LUNA__SETTLED(t)) { /* a queued cancellation (luna__has_outcome) */
+int luna__push_result(lua_State *L, luna__binding *b, lua_State *co) {
+  luna__state state = luna__thread_state(co);
+  if (state < LUNA__DONE) { /* a queued cancellation (luna__has_outcome) */
     lua_pushboolean(L, 0);
     luna__push_cancel_error(L);
     return 2;
   }
-  if (t->state == LUNA__FAILED && t->b->held_failures > 0)
-    luna__take_held(L, t);
-  if (t->state == LUNA__DONE) {
-    int i, n = outcome_count(t);
+  if (state == LUNA__FAILED && b->held_failures > 0)
+    luna__take_held(L, b, co);
+  if (state == LUNA__DONE) {
+    int i, n = lua_gettop(co);
+    if (n > 0 && lua_touserdata(co, n) == (void *)&settled_mark)
+      n--; /* all but the mark (which a coroutine at the end of its stack may lack) */
     luaL_checkstack(L, n + 1, "too many results");
     lua_pushboolean(L, 1);
     for (i = 1; i <= n; i++) {
-      lua_pushvalue(t->co, i);
-      lua_xmove(t->co, L, 1);
+      lua_pushvalue(co, i);
+      lua_xmove(co, L, 1);
     }
     return n + 1;
   }
   lua_pushboolean(L, 0);
-  lua_pushvalue(t->co, 1);
-  lua_xmove(t->co, L, 1);
+  lua_pushvalue(co, 1);
+  lua_xmove(co, L, 1);
   return 2;
 }

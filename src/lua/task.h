@@ -1,10 +1,21 @@
 /*
-** task.h: the task record (a Task userdata) and its operations, shared by
+** task.h: the task record and its operations, shared by
 ** the files of src/lua. task.c owns the lifecycle and the one place that
 ** resumes a task's coroutine; anchors.c keeps unsettled tasks alive and
 ** walks them in creation order; names.c keeps the per-task facts few tasks
 ** have (names, creation tracebacks, t:handled() marks) in weak side tables;
 ** taskobj.c is the Task seen from Lua; cycles.c finds await cycles.
+**
+** A task is its coroutine: task.spawn and friends return the thread, and
+** the scheduler's record (luna__task) is a C allocation reached through
+** the thread's extra space (LUA_EXTRASPACE, one pointer in stock Lua 5.4).
+** The record lives while the task is anchored (anchors.c): from creation
+** until it is settled and no continuation holds it. It is then freed and
+** the extra space keeps a tag that still says what the thread was (its id
+** and final status, luna__settled_tag); the outcome stays on the thread's
+** stack. Every thread copies the main thread's extra space when it is
+** created, so the binding keeps the main thread's NULL: a plain coroutine
+** reads NULL, which is how it is told from a task.
 **
 ** Includes only Lua and the public lunaloop.h: the binding's state
 ** (luna__binding, binding.h) is an incomplete type here.
@@ -63,17 +74,16 @@ typedef enum luna__wait {
 } luna__wait;
 
 /* 72 bytes on 64-bit targets, in the order a resume touches them: the
-   first 48 are all a yield round trip reads and writes. Not 64: the
-   userdata would then be a 120-byte request, which glibc serves from its
-   fast bins, never merged with their neighbours, and spawning and
-   collecting many tasks is mostly malloc and free; 72 bytes fall outside
-   them and keep the creation frame whole. */
+   first 48 are all a yield round trip reads and writes. Taken from the
+   binding's blocks of records (the state's allocator, so a mod's cap
+   counts them) and given back when the task is released (task.c). */
 struct luna__task {
   luna__binding *b;
-  lua_State *co;      /* the coroutine; kept alive by user value 1 */
+  lua_State *co;      /* the coroutine, the task's handle; kept alive by the
+                         anchor table while this record exists */
   uint32_t pending;   /* continuations and ready entries holding this task */
-  int ref;            /* its slot in the anchor table (anchors.c) while
-                         anchored; LUA_NOREF once released */
+  int ref;            /* its slot in the anchor table (anchors.c): a task
+                         is anchored for as long as it has a record */
   uint8_t state;      /* luna__state */
   uint8_t wait;       /* luna__wait */
   uint8_t timing;     /* timing of the current wait */
@@ -101,8 +111,6 @@ struct luna__task {
       luna__task *target; /* the task awaited */
       luna__task *next;   /* the next of target's awaiters (a ring) */
     } await;            /* LUNA__W_TASK */
-    uint32_t holders;   /* FAILED: awaiters woken with its error that have
-                           neither raised nor dropped it yet (task.c) */
   } on;
   luna__task *aw_head;  /* the last of the tasks awaiting this one: a ring
                            through their on.await.next, in order from
@@ -123,11 +131,44 @@ typedef struct luna__ring {
   size_t head, count, cap;
 } luna__ring;
 
-/* ---- task.c: lifecycle and the one resume path ------------------------- */
+_Static_assert(LUA_EXTRASPACE >= sizeof(void *), "lunaloop keeps a pointer in a thread's extra space");
+
+/* ---- the handle: a thread and what its extra space holds ----------------- */
+/* The extra space of co as a word: 0 for a plain coroutine, a record's
+   address (even) while the task has one, luna__settled_tag (odd) after. */
+static inline uintptr_t luna__extra(lua_State *co) {
+  return *(uintptr_t *)lua_getextraspace(co);
+}
+/* The tag of a settled task whose record is gone: (id << 3) | (state -
+   LUNA__DONE) << 1 | 1. An id beyond 2^61 (2^29 on 32-bit targets) is cut. */
+static inline uintptr_t luna__settled_tag(uint64_t id, int state) {
+  return ((uintptr_t)id << 3) | ((uintptr_t)(state - LUNA__DONE) << 1) | 1u;
+}
+/* The record of the task whose thread is co; NULL for a plain coroutine
+   and for a settled task whose record was freed. */
+static inline luna__task *luna__record(lua_State *co) {
+  uintptr_t v = luna__extra(co);
+  return (v & 1u) ? NULL : (luna__task *)v;
+}
+/* The thread of the task at idx, or NULL when the value is no task's
+   (not a thread, or a plain coroutine). */
+lua_State *luna__test_thread(lua_State *L, int idx);
+/* The same, raising "task expected, got ..." (a plain coroutine is named
+   as one) when the value is no task's. */
+lua_State *luna__check_thread(lua_State *L, int idx);
+/* The task's status and id, from its record or its settled tag. */
+luna__state luna__thread_state(lua_State *co);
+uint64_t luna__thread_id(lua_State *co);
+const char *luna__thread_status(lua_State *co);
+/* The record of the task at idx: luna__check_task raises when the value is
+   no task's, and both give NULL for a settled task whose record is gone
+   (every caller handles a settled task without its record). */
 luna__task *luna__check_task(lua_State *L, int idx);
 luna__task *luna__test_task(lua_State *L, int idx);
+
+/* ---- task.c: lifecycle and the one resume path ------------------------- */
 /* Creates a task from the function at fn_idx and the nargs values above it
-   (they stay on L), pushes the Task; the task is PENDING. */
+   (they stay on L), pushes its thread; the task is PENDING. */
 luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs);
 /* Starts a PENDING task now (spawn). */
 void luna__start(luna__binding *b, luna__task *t);
@@ -171,14 +212,17 @@ void luna__drop_continuation(luna__task *t);
 /* True when co is the coroutine of a task that has ended (it holds the
    task's outcome and a mark on top). For any thread; two reads. */
 bool luna__ended_task_thread(lua_State *co);
-/* True when t has an outcome to read: it settled, or its cancellation is
-   queued behind one unwinding (it reads "cancelled" already, and its
-   outcome can only be the cancellation error). */
-bool luna__has_outcome(const luna__task *t);
-/* Pushes the outcome of a task with one (luna__has_outcome): true + values
-   when done, or false + error. Returns the count pushed. */
-int luna__push_result(lua_State *L, luna__task *t);
+/* True when the task of co has an outcome to read: it settled, or its
+   cancellation is queued behind one unwinding (it reads "cancelled"
+   already, and its outcome can only be the cancellation error). */
+bool luna__has_outcome(lua_State *co);
+/* Pushes the outcome of the task of co, which has one (luna__has_outcome):
+   true + values when done, or false + error. Returns the count pushed. */
+int luna__push_result(lua_State *L, luna__binding *b, lua_State *co);
 const char *luna__status_name(const luna__task *t);
+/* Frees the records of every task still anchored (the binding is closing:
+   nothing will resume or wake them). */
+void luna__free_records(luna__binding *b);
 int luna__open_task(lua_State *L, luna__binding *b);
 /* The continuation that resumes a task waiting on a timing (shared with
    binding.c for purging). */
@@ -200,14 +244,9 @@ void luna__warm_task(void *arg);
 int luna__begin_walk(luna__binding *b);
 luna__task *luna__walk_task(luna__binding *b, int slot);
 void luna__end_walk(luna__binding *b);
-/* The unsettled task whose coroutine is co, or NULL: a walk over the
-   anchors (about 10 ns a live task), for the rare calls that name a task
-   by its coroutine (coroutine.close of a task's coroutine). */
-luna__task *luna__thread_task(luna__binding *b, lua_State *co);
 /* Frees the anchor table's free-slot array (the binding is closing). */
 void luna__anchors_free(luna__binding *b);
-/* Pushes the task's userdata while it is anchored (not settled, or still
-   held by a continuation); nil once released. */
+/* Pushes the task's thread (t has a record, so it is anchored). */
 void luna__push_task(lua_State *L, luna__task *t);
 
 /* ---- names.c: names, labels, side tables --------------------------------- */
@@ -224,11 +263,11 @@ void luna__push_side_table(lua_State *L, const void *key);
    type; luna__set_name pops a string or nil and names the task at idx. */
 int luna__push_name(lua_State *L, int idx);
 void luna__set_name(lua_State *L, int idx);
-/* Writes the label of the task t (at task_idx of L) for reports into buf:
-   its name, or "<source>:<line>" of its function (kept after it failed),
-   or "#<id>" when neither is known. Allocates nothing in Lua (it runs
-   outside any protected call). */
-void luna__task_label(lua_State *L, luna__task *t, int task_idx, char *buf, size_t size);
+/* Writes the label of the task at task_idx of L for reports into buf: its
+   name, or "<source>:<line>" of its function (kept after it failed), or
+   "#<id>" when neither is known. Allocates nothing in Lua (it runs outside
+   any protected call). */
+void luna__task_label(lua_State *L, int task_idx, char *buf, size_t size);
 /* The size of a label buffer: a name longer than 511 bytes is cut. */
 #define LUNA__LABEL_SIZE 512
 /* Reports the error at err_idx of L (traceback at tb_idx, 0: none) as the
@@ -260,8 +299,9 @@ int luna__l_cancel(lua_State *L);
    marked by t:handled(): its failure is held (and true returned) instead
    of reported. */
 bool luna__hold_failure(luna__binding *b, lua_State *L, int task_idx);
-/* The failure of t is being taken (task.await, t:result()): no longer held. */
-void luna__take_held(lua_State *L, luna__task *t);
+/* The failure of the task of co is being taken (task.await, t:result()):
+   no longer held. */
+void luna__take_held(lua_State *L, luna__binding *b, lua_State *co);
 /* The run ends: reports the failures still held, in the order they happened. */
 void luna__report_held(luna__binding *b, lua_State *L);
 

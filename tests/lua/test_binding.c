@@ -176,6 +176,52 @@ static void spawn_from_c_and_counts(void **state) {
   luna_loop_free(loop);
 }
 
+/* A task is its thread and the task methods live in the metatable of
+   threads, which Lua keeps one of per state. A host that gave threads a
+   metatable of its own before opening the module would have lost its
+   methods, or taken the tasks' away, without a word: the module refuses to
+   open instead, says why, and leaves the host's metatable and the state
+   as they were. Stock Lua leaves the main thread's extra space
+   uninitialized and every thread starts with a copy of it: the module
+   clears it, so a coroutine made later is never taken for a task. */
+static void a_host_thread_metatable_refuses_the_module(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = luaL_newstate();
+  luaL_openlibs(L);
+  lua_pushthread(L);
+  lua_newtable(L);
+  lua_pushliteral(L, "host");
+  lua_setfield(L, -2, "owner");
+  lua_setmetatable(L, -2);
+  lua_pop(L, 1);
+  assert_int_equal(luna_lua_attach(L, loop), LUNA_EINVAL);
+  assert_null(luna_lua_loop(L));
+  assert_int_equal(lua_gettop(L), 0);
+  lua_pushcfunction(L, luaopen_lunaloop);
+  assert_int_not_equal(lua_pcall(L, 0, 1, 0), LUA_OK);
+  assert_non_null(strstr(lua_tostring(L, -1), "threads already have a metatable"));
+  lua_pop(L, 1);
+  lua_newthread(L);
+  assert_true(lua_getmetatable(L, -1));
+  assert_int_equal(lua_getfield(L, -1, "owner"), LUA_TSTRING); /* still the host's */
+  lua_close(L);
+
+  L = luaL_newstate();
+  luaL_openlibs(L);
+  memset(lua_getextraspace(L), 0xa5, LUA_EXTRASPACE); /* what a reused block may hold */
+  assert_int_equal(luna_lua_attach(L, loop), 0);
+  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
+  lua_setglobal(L, "task");
+  run(L, "local co = coroutine.create(print)\n"
+         "assert(not pcall(task.cancel, co))\n"
+         "assert(select(2, pcall(function() return co:status() end)):find('not a task'))\n");
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 /* task.exit stops the frame: timings after the one that called it do not run
    in that frame. */
 static void exit_stops_the_frame(void **state) {
@@ -435,6 +481,7 @@ int main(void) {
       cmocka_unit_test(closing_a_state_refuses_new_work),
       cmocka_unit_test(freeing_the_loop_first_cancels_tasks_and_module_reports_it),
       cmocka_unit_test(spawn_from_c_and_counts),
+      cmocka_unit_test(a_host_thread_metatable_refuses_the_module),
       cmocka_unit_test(spawn_from_c_with_many_arguments),
       cmocka_unit_test(exit_stops_the_frame),
       cmocka_unit_test(driving_the_loop_from_inside_a_task_is_refused),

@@ -796,7 +796,7 @@ static void bus_refuses_what_cannot_cross(void **state) {
   assert_has(f->out, "[a] false\tmods.send: a table key of type table cannot be copied");
   assert_has(f->out, "[a] false\tmods.send: the value is nested deeper than 100 levels");
   assert_has(f->out, "[a] false\tmods.send: the value is larger than the limit of 4096 bytes");
-  assert_has(f->out, "[a] false\tmods.send: a userdata value cannot be copied between mods");
+  assert_has(f->out, "[a] false\tmods.send: a thread value cannot be copied between mods (at value)");
   assert_has(f->out, "[a] true\tnil");
   fx_free(f);
 }
