@@ -59,31 +59,31 @@ static void fill_event(luna__task *t, luna_lua_task_event *ev) {
   lua_pop(L, 2);
 }
 
-/* The hooks of a public entry: ud is its index. The callback is read after
-   the event is filled, from the entry as it is then. */
+/* The hooks of a public entry: ud is its index. Each fills the event, then
+   reads the entry as it is then (a callback may have moved the array). */
+static const luna__observer_entry *entry_event(void *ud, luna__task *t,
+                                               luna_lua_task_event *ev) {
+  fill_event(t, ev);
+  return &t->b->observers.a[(uintptr_t)ud];
+}
+
 static void on_thread(void *ud, luna__task *t) {
   luna_lua_task_event ev;
-  const luna__observer_entry *e;
-  fill_event(t, &ev);
-  e = &t->b->observers.a[(uintptr_t)ud];
+  const luna__observer_entry *e = entry_event(ud, t, &ev);
   if (e->pub.task_created != NULL)
     e->pub.task_created(e->pub.ud, &ev);
 }
 
 static void on_resume(void *ud, luna__task *t, bool begin) {
   luna_lua_task_event ev;
-  const luna__observer_entry *e;
-  fill_event(t, &ev);
-  e = &t->b->observers.a[(uintptr_t)ud];
+  const luna__observer_entry *e = entry_event(ud, t, &ev);
   if (begin ? e->pub.resume_begin != NULL : e->pub.resume_end != NULL)
     (begin ? e->pub.resume_begin : e->pub.resume_end)(e->pub.ud, &ev);
 }
 
 static void on_wake(void *ud, luna__task *t) {
   luna_lua_task_event ev;
-  const luna__observer_entry *e;
-  fill_event(t, &ev);
-  e = &t->b->observers.a[(uintptr_t)ud];
+  const luna__observer_entry *e = entry_event(ud, t, &ev);
   if (e->pub.task_woken != NULL)
     e->pub.task_woken(e->pub.ud, &ev);
 }
