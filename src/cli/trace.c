@@ -84,13 +84,18 @@ struct luna_trace {
     uint64_t *id;
     size_t head, count, cap;
   } unstarted;
-  /* Tasks woken that have not resumed since: the wake flow's id for each,
-     whose arrow ends at the task's next resume (few at a time: a woken
-     task runs in the same timing's run). */
-  struct woken {
-    uint64_t task, flow;
-  } *woken;
-  size_t nwoken, woken_cap;
+  /* Tasks woken that have not resumed since, in the order they were
+     woken, with the wake flow's id for each: the arrow ends at the task's
+     next resume. Woken tasks resume in that order (the ready ring is first
+     in, first out), so the entry at `head` is nearly always the one wanted;
+     an entry taken out of order is set to 0 and skipped later. A task
+     cannot be woken again before it resumes (it waits on nothing then). */
+  struct {
+    struct woken {
+      uint64_t task, flow;
+    } *a;
+    size_t head, count, cap;
+  } woken;
   uint64_t wakes; /* wake flows started so far */
   uint64_t callback_calls; /* luna_lua_callback_calls at the last frame's end */
   /* The frame in progress and the end of the last one (0: none yet). */
@@ -269,13 +274,10 @@ static void task_woken(void *ud, const luna_lua_task_event *ev) {
   luna_trace *tr = ud;
   luna_ns t = now_ns();
   uint64_t id;
-  for (size_t i = 0; i < tr->nwoken; i++)
-    if (tr->woken[i].task == ev->id)
-      return; /* woken again before it ran: one arrow, from the first */
-  if (!grow(tr, (void **)&tr->woken, &tr->woken_cap, tr->nwoken, sizeof *tr->woken))
+  if (!grow(tr, (void **)&tr->woken.a, &tr->woken.cap, tr->woken.count, sizeof *tr->woken.a))
     return;
   id = WAKE_FLOW_BASE + ++tr->wakes;
-  tr->woken[tr->nwoken++] = (struct woken){ev->id, id};
+  tr->woken.a[tr->woken.count++] = (struct woken){ev->id, id};
   if (tr->depth == 0) {
     cJSON *e = event("woken", "i", tid_of(ev));
     if (e == NULL) {
@@ -290,12 +292,18 @@ static void task_woken(void *ud, const luna_lua_task_event *ev) {
   flow_of(tr, "wake", "s", tid_of(ev), id, t);
 }
 
-/* The wake flow waiting for task id's resume, taken (0: none). */
+/* The wake flow waiting for task id's resume, taken (0: none): the entry
+   at head in the usual order, else found by a scan from there. */
 static uint64_t take_woken(luna_trace *tr, uint64_t id) {
-  for (size_t i = 0; i < tr->nwoken; i++)
-    if (tr->woken[i].task == id) {
-      uint64_t flow_id = tr->woken[i].flow;
-      tr->woken[i] = tr->woken[--tr->nwoken];
+  struct woken *a = tr->woken.a;
+  for (size_t i = tr->woken.head; i < tr->woken.count; i++)
+    if (a[i].task == id) {
+      uint64_t flow_id = a[i].flow;
+      a[i].task = 0;
+      while (tr->woken.head < tr->woken.count && a[tr->woken.head].task == 0)
+        tr->woken.head++;
+      if (tr->woken.head == tr->woken.count)
+        tr->woken.head = tr->woken.count = 0;
       return flow_id;
     }
   return 0;
@@ -331,7 +339,7 @@ static void resume_begin(void *ud, const luna_lua_task_event *ev) {
   uint64_t wake;
   if (tr->unstarted.count > 0 && take_unstarted(tr, ev->id))
     flow(tr, "f", tid_of(ev), ev->id, t);
-  if (tr->nwoken > 0 && (wake = take_woken(tr, ev->id)) != 0)
+  if (tr->woken.count > 0 && (wake = take_woken(tr, ev->id)) != 0)
     flow_of(tr, "wake", "f", tid_of(ev), wake, t);
   if (!grow(tr, (void **)&tr->stack, &tr->cap, tr->depth, sizeof *tr->stack)) {
     tr->depth++; /* keep begin/end paired; this slice is lost */
@@ -516,7 +524,7 @@ bool luna__trace_close(luna_trace *tr) {
     fprintf(stderr, LUNA_PROGNAME ": writing the trace %s failed\n", tr->path);
   free(tr->stack);
   free(tr->unstarted.id);
-  free(tr->woken);
+  free(tr->woken.a);
   free(tr->path);
   free(tr);
   return ok;
