@@ -102,7 +102,7 @@ has_peer() { [[ " ${peers[*]} " == *" $1 "* ]]; }
 # peer IMPL...: those of the implementations whose family is installed.
 peer() {
   local impl
-  for impl in "$@"; do has_peer "${impl%%_*}" && printf '%s ' "$impl"; done
+  for impl in "$@"; do if has_peer "${impl%%_*}"; then printf '%s ' "$impl"; fi; done
 }
 
 # The plan: one row per workload and size, "WORKLOAD N IMPL...". The floors
