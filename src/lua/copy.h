@@ -1,7 +1,9 @@
 /*
-** copy.h: values copied between Lua states as bytes (copy.c). The bus
+** copy.h: values copied between Lua states as bytes (copy.c). The mods bus
 ** copies each message with it, a reload the carried state; any two states
-** of one process may use it (the bytes never leave the process).
+** of one process may use it (the bytes never leave the process). It is the
+** binding's second seam for the layers above it (with guard.h): src/mods
+** and any other layer that moves values between states include it.
 **
 ** What crosses: nil, booleans, integers, floats, strings, and tables whose
 ** keys are strings, numbers or booleans and whose values are any of these.
@@ -12,8 +14,8 @@
 ** table reached twice (not a cycle) is copied twice; metatables are not
 ** copied. Includes only Lua.
 */
-#ifndef LUNA_MODS_COPY_H
-#define LUNA_MODS_COPY_H
+#ifndef LUNA_LUA_COPY_H
+#define LUNA_LUA_COPY_H
 
 #include <stdbool.h>
 #include <stddef.h>
