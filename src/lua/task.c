@@ -80,8 +80,6 @@ const char *luna__thread_status(lua_State *co) {
   return t != NULL ? luna__status_name(t) : settled[luna__thread_state(co) - LUNA__DONE];
 }
 
-/* ---- bookkeeping ------------------------------------------------------------ */
-
 /* ---- records ---------------------------------------------------------------- */
 
 /* Records come in blocks and go back to a free list, never to the
@@ -97,24 +95,30 @@ typedef struct record_block {
   luna__task rec[LUNA__RECORD_BLOCK];
 } record_block;
 
+/* Links a new block's records into the free list; false when the state's
+   allocator refused it. */
+static bool add_record_block(luna__binding *b) {
+  void *ud;
+  lua_Alloc alloc = lua_getallocf(b->L, &ud);
+  record_block *blk = (record_block *)alloc(ud, NULL, 0, sizeof *blk);
+  int i;
+  if (blk == NULL)
+    return false;
+  blk->next = (record_block *)b->record_blocks;
+  b->record_blocks = blk;
+  for (i = 0; i < LUNA__RECORD_BLOCK; i++)
+    *(luna__task **)&blk->rec[i] = i + 1 < LUNA__RECORD_BLOCK ? &blk->rec[i + 1] : b->free_records;
+  b->free_records = &blk->rec[0];
+  return true;
+}
+
 /* A record from the free list, or NULL when no block can be had (the
    state's allocator refused). Not zeroed. */
 static luna__task *take_record(luna__binding *b) {
-  luna__task *t = b->free_records;
-  if (t == NULL) {
-    void *ud;
-    lua_Alloc alloc = lua_getallocf(b->L, &ud);
-    record_block *blk = (record_block *)alloc(ud, NULL, 0, sizeof *blk);
-    int i;
-    if (blk == NULL)
-      return NULL;
-    blk->next = (record_block *)b->record_blocks;
-    b->record_blocks = blk;
-    for (i = LUNA__RECORD_BLOCK - 1; i >= 0; i--) {
-      *(luna__task **)&blk->rec[i] = t;
-      t = &blk->rec[i];
-    }
-  }
+  luna__task *t;
+  if (b->free_records == NULL && !add_record_block(b))
+    return NULL;
+  t = b->free_records;
   b->free_records = *(luna__task **)t;
   return t;
 }
@@ -877,7 +881,7 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
     LUNA__PUSH_MEMERR(L);
     lua_error(L);
   }
-  memset(t, 0, sizeof *t);
+  *t = (luna__task){0};
   *(luna__task **)lua_getextraspace(co) = t;
   t->b = b;
   t->co = co;
