@@ -751,7 +751,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
   luna__loop_hold(b->loop, 1);
   st = lua_resume(t->co, from, nargs, &nres);
   while (st == LUA_YIELD && t->wait == LUNA__W_NONE) {
-    lua_pop(t->co, nres);
+    if (nres > 0)
+      lua_pop(t->co, nres);
     arm_bare_yield(b, t);
     st = lua_resume(t->co, from, 0, &nres);
     if (st == LUA_OK && lua_gethook(t->co) == bare_yield_hook) {
@@ -770,7 +771,8 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
   luna__leave_task(b, outer);
 
   if (st == LUA_YIELD) {
-    lua_pop(t->co, nres);
+    if (nres > 0) /* an await yields no values: no call on every resume */
+      lua_pop(t->co, nres);
     t->state = LUNA__SUSPENDED;
   } else if (st == LUA_OK) {
     finish_ok(b, t, nres);
