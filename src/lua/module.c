@@ -44,12 +44,12 @@ static int spawn_later(lua_State *L, luna__binding *b, int fn_idx, luna_timing t
 
 /* task.defer(fn, ...) -> Task: starts at the next run of Update. */
 static int l_defer(lua_State *L) {
-  return spawn_later(L, luna__check_binding(L), 1, LUNA_UPDATE);
+  return spawn_later(L, luna__upvalue_binding(L), 1, LUNA_UPDATE);
 }
 
 /* task.spawn_at(timing, fn, ...) -> Task: starts at the next run of timing. */
 static int l_spawn_at(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   luna_timing timing;
   if (lua_isnoneornil(L, 1))
     return luaL_argerror(L, 1, "expected a timing name");
@@ -59,7 +59,7 @@ static int l_spawn_at(lua_State *L) {
 
 /* task.current() -> the Task being run now, or nil. */
 static int l_current(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   if (b->current == NULL)
     lua_pushnil(L);
   else
@@ -87,7 +87,7 @@ static int l_is_timeout(lua_State *L) {
    first call decides the code: one made later (say by a __close handler
    while the remaining tasks are cancelled) does not change it. */
 static int l_exit(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   lua_Integer code = -1;
   if (!lua_isnoneornil(L, 1)) {
     code = luaL_checkinteger(L, 1);
@@ -112,13 +112,13 @@ static int l_exit(lua_State *L) {
 
 /* task.frame() -> frames begun (0 before the first frame). */
 static int l_frame(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)luna_loop_frame_count(luna__check_binding(L)->loop));
+  lua_pushinteger(L, (lua_Integer)luna_loop_frame_count(luna__upvalue_binding(L)->loop));
   return 1;
 }
 
 /* task.time([clock]) -> seconds on clock (scaled by default). */
 static int l_time(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   luna_clock clock = luna__opt_clock(L, 1, LUNA_CLOCK_SCALED);
   lua_pushnumber(L, luna_ns_to_seconds(luna_loop_time(b->loop, clock)));
   return 1;
@@ -127,14 +127,14 @@ static int l_time(lua_State *L) {
 /* task.delta_time() -> seconds: fixed_dt inside a fixed step, else the scaled
    frame delta. */
 static int l_delta_time(lua_State *L) {
-  lua_pushnumber(L, luna_ns_to_seconds(luna_loop_delta(luna__check_binding(L)->loop)));
+  lua_pushnumber(L, luna_ns_to_seconds(luna_loop_delta(luna__upvalue_binding(L)->loop)));
   return 1;
 }
 
 /* task.time_scale([scale]) -> the (new) time scale. A change applies from the
    next frame's clock advance. */
 static int l_time_scale(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   if (!lua_isnoneornil(L, 1)) {
     lua_Number v = luaL_checknumber(L, 1);
     if (luna_loop_set_time_scale(b->loop, (double)v) != 0)
@@ -151,7 +151,7 @@ static int l_time_scale(lua_State *L) {
    every N runs); callbacks with priority "high" always run. nil or 0 removes
    the cap. Deferred calls are counted in task.stats(). */
 static int l_set_budget(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   luna_timing timing;
   luna_ns ns = 0;
   if (lua_isnoneornil(L, 1))
@@ -202,7 +202,7 @@ static void step_frame(lua_State *L, luna__binding *b, luna_ns dt) {
 
 /* task.step([dt]) -> frame: runs one frame of dt seconds (default 1/60). */
 static int l_step(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   luna_ns dt = opt_dt(L, 1, (LUNA_NS_PER_SECOND + 30) / 60);
   check_can_drive(L, b, "task.step");
   step_frame(L, b, dt);
@@ -247,7 +247,7 @@ static int opt_error(lua_State *L, const char *key, const char *expected) {
    as `lunaloop run` reports it. The code is 3 for such a run, else
    task.exit's, else 1 when an error was reported, else 0. */
 static int l_run(lua_State *L) {
-  luna__binding *b = luna__check_binding(L);
+  luna__binding *b = luna__upvalue_binding(L);
   lua_Number hz = 60, frames = -1;
   bool fast = false;
   luna_driver driver;
