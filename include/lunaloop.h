@@ -12,5 +12,6 @@
 #include "lunaloop/timing.h"
 #include "lunaloop/loop.h"
 #include "lunaloop/driver.h"
+#include "lunaloop/sim.h"
 
 #endif

@@ -17,7 +17,8 @@ LUNA_BEGIN_DECLS
   X(ENOENT, -4, "no such timer or item (stale or removed handle)")             \
   X(ESTOPPED, -5, "the loop was stopped")                                      \
   X(EALREADY, -6, "already completed")                                         \
-  X(ERANGE, -7, "a clock would pass its limit (LUNA_CLOCK_MAX, 2^61 ns: about 73 years)")
+  X(ERANGE, -7, "a clock would pass its limit (LUNA_CLOCK_MAX, 2^61 ns: about 73 years)") \
+  X(ENOTSUP, -8, "not supported (a simulation without a state provider, or a provider without the operation)")
 
 typedef enum luna_errno {
   LUNA_OK = 0,

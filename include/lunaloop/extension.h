@@ -78,10 +78,13 @@ typedef struct luna__loop_view {
   uint64_t frame;     /* frames begun (luna_loop_frame_count) */
   luna_ns delta;      /* scaled delta of the current frame */
   luna_ns fixed_dt;   /* the fixed step length, > 0 */
+  luna_ns step_dt;    /* delta time inside a step: fixed_dt for the plain
+                         fixed step, the tick's dt_ns for a sim's tick */
   int current;        /* timing running now, or -1 (luna_loop_current_timing) */
   int held;           /* > 0: a layer runs code that must not drive frames */
   bool in_fixed_step; /* from a FixedUpdate run to the end of its
-                         LastFixedUpdate: delta time reads fixed_dt */
+                         LastFixedUpdate (or a sim's tick, lunaloop/sim.h):
+                         delta time reads step_dt */
   luna__queue queues[LUNA_TIMING_COUNT]; /* continuations, per timing */
 } luna__loop_view;
 
@@ -102,11 +105,12 @@ static inline int luna__loop_timing(const luna_loop *loop) {
   return luna__loop_view_of(loop)->current;
 }
 
-/* Delta time in ns as luna_loop_delta reads it (fixed_dt inside a fixed
-   step, else the frame's scaled delta), without the NULL check. */
+/* Delta time in ns as luna_loop_delta reads it (the step's dt inside a
+   fixed step or a sim's tick, else the frame's scaled delta), without the
+   NULL check. */
 static inline luna_ns luna__loop_dt(const luna_loop *loop) {
   const luna__loop_view *v = luna__loop_view_of(loop);
-  return v->in_fixed_step ? v->fixed_dt : v->delta;
+  return v->in_fixed_step ? v->step_dt : v->delta;
 }
 
 /* Marks the loop held (+1) or releases it (-1): while held, the drivers

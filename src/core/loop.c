@@ -84,6 +84,8 @@ void luna_loop_free(luna_loop *loop) {
   if (loop == NULL || busy(loop))
     return;
   notify(loop, LUNA_EVENT_FREE);
+  if (loop->sim != NULL)
+    luna__sim_destroy(loop->sim);
   alloc = loop->alloc;
   for (t = 0; t < LUNA_TIMING_COUNT; t++)
     luna__queue_free(&loop->v.queues[t], &alloc);
@@ -171,15 +173,23 @@ static int run_timing(luna_loop *loop, int timing) {
   luna_ns began = profiling ? loop->runner.cost_fn(loop->runner.cost_ud) : 0;
   bool stopped;
 
-  if (timing == LUNA_FIXED_UPDATE) {
+  luna_sim *sim = loop->sim;
+  int sim_timing = sim != NULL ? luna__sim_timing(sim) : -1;
+
+  if (timing == LUNA_FIXED_UPDATE && sim_timing != LUNA_FIXED_UPDATE) {
     loop->clocks.fixed = luna_ns_add(loop->clocks.fixed, loop->v.fixed_dt);
     if (loop->fixed_steps_due > 0)
       loop->fixed_steps_due--;
     loop->v.in_fixed_step = true;
+    loop->v.step_dt = loop->v.fixed_dt;
     loop->fixed_steps_run++;
   }
   loop->v.current = timing;
   loop->runner.active = timing;
+  /* A sim's normal tick starts here: tick number, delta time, the
+     provider's tick callback, before the run's four steps (sim.h). */
+  if (timing == sim_timing)
+    luna__sim_begin_run(sim);
 
   /* Most runs of most timings have nothing to do (16 or more runs a frame,
      work usually at a few timings), so each step is skipped when its
@@ -196,8 +206,11 @@ static int run_timing(luna_loop *loop, int timing) {
   if (luna__runner_has_work(&loop->runner, timing))
     luna__runner_finish(&loop->runner, timing);
   loop->v.current = -1;
-  if (timing == LUNA_LAST_FIXED_UPDATE)
+  if (timing == LUNA_LAST_FIXED_UPDATE && sim_timing != LUNA_FIXED_UPDATE)
     loop->v.in_fixed_step = false;
+  /* The sim may have been freed by this run (only outside its pair). */
+  if (sim_timing >= 0 && timing == sim_timing + 1 && loop->sim == sim)
+    luna__sim_end_tick(sim);
   loop->runs[timing]++;
   if (profiling) {
     luna_ns cost = loop->runner.cost_fn(loop->runner.cost_ud) - began;
@@ -265,6 +278,12 @@ int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt) {
   /* Fixed steps: all arithmetic in integer ns, so 1/60 s steps of a 0.05 s
      frame are 2 in the first frame (50,000,000 < 3 * 16,666,667) and then 3
      as the remainder builds up, exactly and repeatably. */
+  if (loop->sim != NULL)
+    luna__sim_begin_frame(loop->sim, scaled);
+  if (loop->sim != NULL && luna__sim_timing(loop->sim) == LUNA_FIXED_UPDATE) {
+    loop->fixed_steps_due = 0; /* the sim drives the FixedUpdate pair */
+    return 0;
+  }
   loop->accumulator = luna_ns_add(loop->accumulator, scaled);
   steps = loop->accumulator / loop->v.fixed_dt;
   loop->accumulator -= steps * loop->v.fixed_dt;
@@ -299,7 +318,11 @@ int luna_loop_frame_ns(luna_loop *loop, luna_ns dt) {
     return rc;
   loop->in_frame = true;
   for (timing = 0; timing < LUNA_TIMING_COUNT && rc == 0; timing += 2) {
-    if (timing == LUNA_FIXED_UPDATE) {
+    if (loop->sim != NULL && timing == luna__sim_timing(loop->sim)) {
+      /* Once per step the sim's policy planned (sim.h). */
+      while (rc == 0 && loop->sim != NULL && luna_sim_steps_due(loop->sim) > 0)
+        rc = run_pair(loop, timing);
+    } else if (timing == LUNA_FIXED_UPDATE) {
       /* Once per fixed step due; each FixedUpdate run consumes one. */
       while (rc == 0 && loop->fixed_steps_due > 0)
         rc = run_pair(loop, timing);
@@ -308,6 +331,8 @@ int luna_loop_frame_ns(luna_loop *loop, luna_ns dt) {
     }
   }
   loop->in_frame = false;
+  if (loop->sim != NULL)
+    luna__sim_end_tick(loop->sim); /* a tick a stop left open */
   record_frame(loop);
   return rc;
 }
@@ -330,6 +355,8 @@ void luna_loop_stop(luna_loop *loop) {
 }
 
 int luna_loop_fixed_steps(const luna_loop *loop) {
+  if (loop != NULL && loop->sim != NULL && luna__sim_timing(loop->sim) == LUNA_FIXED_UPDATE)
+    return luna_sim_steps_due(loop->sim);
   return loop != NULL ? loop->fixed_steps_due : 0;
 }
 
@@ -357,7 +384,7 @@ luna_ns luna_loop_time(luna_loop *loop, luna_clock clock) {
 luna_ns luna_loop_delta(const luna_loop *loop) {
   if (loop == NULL)
     return 0;
-  return loop->v.in_fixed_step ? loop->v.fixed_dt : loop->v.delta;
+  return loop->v.in_fixed_step ? loop->v.step_dt : loop->v.delta;
 }
 
 luna_ns luna_loop_unscaled_delta(const luna_loop *loop) {

@@ -17,6 +17,7 @@
 #include "lunaloop/loop.h"
 #include "queue.h"
 #include "runner.h"
+#include "sim_internal.h"
 #include "timer.h"
 
 /* Defaults for zero fields of luna_config. */
@@ -82,6 +83,10 @@ struct luna_loop {
     luna_fn fn;
     void (*warm)(void *arg);
   } warm;
+
+  /* The simulation group driving a timing pair (lunaloop/sim.h), or NULL;
+     owned by the loop from luna_sim_new on. */
+  luna_sim *sim;
 
   /* The binding layer's collector pacer for this loop (luna__loop_pacer):
      opaque here, NULL until a Lua state joins the loop. */
