@@ -404,6 +404,9 @@ int luna_loop_set_fixed_dt(luna_loop *loop, luna_ns fixed_dt) {
   if (loop == NULL || fixed_dt <= 0)
     return LUNA_EINVAL;
   loop->v.fixed_dt = fixed_dt;
+  /* Seen at once inside a plain fixed step (not inside a sim's tick). */
+  if (loop->v.in_fixed_step && luna_sim_current(loop->sim) == NULL)
+    loop->v.step_dt = fixed_dt;
   return 0;
 }
 
