@@ -99,6 +99,9 @@ typedef struct luna_sim luna_sim;
 #define LUNA_SIM_MAX_TICKS_MAX 65536     /* the largest max_ticks_per_frame,
                                             max_batch and max_debt */
 #define LUNA_SIM_RATE_SCALE_MAX 16.0     /* the largest rate scale */
+/* The longest tick: LUNA_CLOCK_MAX / LUNA_SIM_MAX_TICKS_MAX (2^45 ns, about
+   9.8 hours), so that a batch's dt_ns always fits. */
+#define LUNA_SIM_TICK_NS_MAX (LUNA_CLOCK_MAX / LUNA_SIM_MAX_TICKS_MAX)
 
 /* The catch-up policy: what a frame does with the ticks that are due.
    Every policy first adds the frame's scaled dt times the rate scale to the
@@ -275,9 +278,11 @@ typedef struct luna_sim_provider {
 
 /* Creates the sim of `loop` (one per loop) from `config` (NULL: all
    defaults) and stores it in *out. From the next luna_loop_begin_frame on
-   it drives its timing pair. The loop owns it: luna_loop_free frees it
+   it drives its timing pair (a frame under way when it is made runs its
+   pair as it would without it). The loop owns it: luna_loop_free frees it
    (after the loop's listeners ran). 0; LUNA_EINVAL for a NULL loop or out,
-   a negative or out-of-range field (tick_ns < 0, max_ticks_per_frame,
+   a negative or out-of-range field (tick_ns < 0 or above
+   LUNA_SIM_TICK_NS_MAX, max_ticks_per_frame,
    max_batch, max_debt outside [0, LUNA_SIM_MAX_TICKS_MAX], history outside
    [0, LUNA_SIM_HISTORY_MAX], an odd or out-of-range timing, an unknown
    policy, check_distance < 0 or >= history, check_distance with
@@ -396,7 +401,8 @@ LUNA_API int luna_sim_save(luna_sim *sim, uint64_t *checksum);
 /* Rolls back: makes the state that of saved `tick` (provider load) and the
    sim's tick `tick`. Snapshots of later ticks are discarded: they belong to
    the future that is being replaced (so loading 15 then 10 in one frame
-   gives the tick-10 snapshot). The head stays. Cancels a pending partial
+   gives the tick-10 snapshot). The head stays (or rises to `tick`, for an
+   imported snapshot beyond it). Cancels a pending partial
    tick's restore (the load replaces that state). 0; LUNA_EINVAL (NULL);
    LUNA_ENOENT when the history does not hold `tick` (past the history,
    never saved, or discarded); LUNA_ENOTSUP without a provider; LUNA_ESTATE

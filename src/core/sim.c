@@ -51,6 +51,8 @@ struct luna_sim {
   int in_callback;     /* the provider's tick callback is running */
   int in_provider;     /* any provider callback is running */
   bool partial_pending; /* a partial tick ran: SLOT_PARTIAL holds the state */
+  bool driving;        /* a begin_frame planned steps: the pair is the sim's
+                          (a sim made during a frame leaves that frame be) */
 
   luna_sim_stats st;
 };
@@ -262,7 +264,7 @@ static int resolve(const luna_sim_config *in, luna_sim_config *c) {
     memset(c, 0, sizeof *c);
   else
     *c = *in;
-  if (c->tick_ns < 0 || c->tick_ns > LUNA_CLOCK_MAX || !valid_count(c->max_ticks_per_frame) ||
+  if (c->tick_ns < 0 || c->tick_ns > LUNA_SIM_TICK_NS_MAX || !valid_count(c->max_ticks_per_frame) ||
       !valid_count(c->max_batch) || !valid_count(c->max_debt) || c->history < 0 ||
       c->history > LUNA_SIM_HISTORY_MAX || c->check_distance < 0 || !valid_scale(c->rate_scale) ||
       (int)c->policy < 0 || c->policy > LUNA_SIM_MANUAL || (int)c->timing < 0 ||
@@ -321,11 +323,6 @@ int luna_sim_new(luna_loop *loop, const luna_sim_config *config, luna_sim **out)
   sim->rate_ppb = (uint64_t)luna__round_ns(c.rate_scale * 1e9);
   sim->last_batch = 1;
   loop->sim = sim;
-  if (c.timing == LUNA_FIXED_UPDATE) {
-    /* The plain accumulator stops; what it held is not the sim's. */
-    loop->accumulator = 0;
-    loop->fixed_steps_due = 0;
-  }
   *out = sim;
   return 0;
 }
@@ -358,8 +355,8 @@ int luna_sim_free(luna_sim *sim) {
     return LUNA_EINVAL;
   if (ticking(sim) || in_pair(sim->loop, (int)sim->cfg.timing))
     return LUNA_ESTATE;
-  if (sim->cfg.timing == LUNA_FIXED_UPDATE) {
-    sim->loop->accumulator = 0;
+  if (sim->driving && sim->cfg.timing == LUNA_FIXED_UPDATE) {
+    sim->loop->accumulator = 0; /* the plain accumulator starts from 0 */
     sim->loop->fixed_steps_due = 0;
   }
   luna__sim_destroy(sim);
@@ -491,7 +488,7 @@ int luna_sim_set_check_distance(luna_sim *sim, int d) {
 
 /* ---- the frame ------------------------------------------------------------------ */
 
-int luna__sim_timing(const luna_sim *sim) { return (int)sim->cfg.timing; }
+int luna__sim_timing(const luna_sim *sim) { return sim->driving ? (int)sim->cfg.timing : -1; }
 
 /* dt x rate scale, exact over frames: the scale as parts per billion, the
    remainder of each product carried to the next. Clamped to
@@ -517,6 +514,12 @@ void luna__sim_begin_frame(luna_sim *sim, luna_ns scaled_dt) {
   luna_ns tick = sim->cfg.tick_ns;
   uint64_t due, cap = (uint64_t)sim->cfg.max_ticks_per_frame, run = 0, drop = 0;
   luna__sim_end_tick(sim);
+  if (!sim->driving && sim->cfg.timing == LUNA_FIXED_UPDATE) {
+    /* The plain accumulator stops; what it held is not the sim's. */
+    sim->loop->accumulator = 0;
+    sim->loop->fixed_steps_due = 0;
+  }
+  sim->driving = true;
   sim->steps_due = 0;
   sim->last_batch = 1;
   if (sim->cfg.policy == LUNA_SIM_MANUAL)
@@ -643,6 +646,8 @@ int luna_sim_load(luna_sim *sim, uint64_t tick) {
     return rc;
   sim->partial_pending = false;
   sim->tick = tick;
+  if (tick > sim->head)
+    sim->head = tick; /* an imported future: simulated elsewhere */
   for (i = 0; i < sim->cfg.history; i++)
     if (sim->hist[i].valid && sim->hist[i].tick > tick)
       p_discard(sim, &sim->hist[i]);

@@ -10,7 +10,8 @@
 
 #include "lunaloop/sim.h"
 
-/* The first timing of the sim's pair. */
+/* The first timing of the sim's pair, or -1 until the first
+   luna_loop_begin_frame after luna_sim_new (the pair is not the sim's yet). */
 int luna__sim_timing(const luna_sim *sim);
 
 /* luna_loop_begin_frame: closes a tick left open (a stopped frame), adds

@@ -882,7 +882,7 @@ static void bad_configurations_are_einval(void **state) {
     assert_null(luna_sim_of(fx->loop));                                        \
   } while (0)
   BAD(c.tick_ns = -1);
-  BAD(c.tick_ns = LUNA_CLOCK_MAX + 1);
+  BAD(c.tick_ns = LUNA_SIM_TICK_NS_MAX + 1);
   BAD(c.max_ticks_per_frame = -1);
   BAD(c.max_ticks_per_frame = LUNA_SIM_MAX_TICKS_MAX + 1);
   BAD(c.max_batch = -3);
@@ -1090,6 +1090,66 @@ static void replacing_the_provider_detaches_it_and_empties_the_history(void **st
   }
 }
 
+static bool item_make_sim(luna_loop *loop, void *arg) {
+  *(int *)arg = luna_sim_new(loop, NULL, &(luna_sim *){NULL});
+  return false;
+}
+
+static void a_sim_made_during_a_frame_takes_the_pair_at_the_next(void **state) {
+  fixture *fx = *state;
+  int made = 9, fixed = 0;
+  luna_sim *sim;
+  /* Made at EarlyUpdate: this frame's plain fixed steps still run. */
+  assert_int_equal(luna_item_add(fx->loop, LUNA_EARLY_UPDATE, item_make_sim, &made, NULL), 0);
+  assert_int_equal(luna_item_add(fx->loop, LUNA_FIXED_UPDATE, item_count, &fixed, NULL), 0);
+  assert_int_equal(luna_loop_frame_ns(fx->loop, 50 * MS), 0); /* plain 20 ms: 2 */
+  assert_int_equal(made, 0);
+  assert_int_equal(fixed, 2);
+  sim = luna_sim_of(fx->loop);
+  assert_int_equal(luna_sim_tick(sim), 0);
+  /* From the next frame the sim's 60 Hz ticks, from an empty accumulator
+     (the plain one's 10 ms are not carried over). */
+  assert_int_equal(luna_loop_frame_ns(fx->loop, 50 * MS), 0);
+  assert_int_equal(luna_sim_tick(sim), 2); /* 50 ms / 16.67 ms */
+  assert_int_equal(fixed, 4);
+  assert_int_equal(luna_sim_pending_ns(sim), 50 * MS - 2 * LUNA_SIM_DEFAULT_TICK_NS);
+}
+
+static void the_longest_tick_in_the_largest_batch_fits(void **state) {
+  fixture *fx = *state;
+  luna_sim_config c;
+  luna_sim *sim;
+  memset(&c, 0, sizeof c);
+  c.tick_ns = LUNA_SIM_TICK_NS_MAX;
+  c.policy = LUNA_SIM_BATCH;
+  c.max_ticks_per_frame = 1;
+  c.max_batch = LUNA_SIM_MAX_TICKS_MAX;
+  sim = sim_with(fx, c);
+  assert_int_equal(luna_loop_frame_ns(fx->loop, LUNA_CLOCK_MAX - 1), 0);
+  assert_int_equal(F.n, 1);
+  assert_int_equal(F.info[0].batch, LUNA_SIM_MAX_TICKS_MAX - 1);
+  assert_int_equal(F.info[0].dt_ns, (luna_ns)(LUNA_SIM_MAX_TICKS_MAX - 1) * LUNA_SIM_TICK_NS_MAX);
+  assert_true(F.info[0].dt_ns > 0);
+  assert_int_equal(luna_sim_tick(sim), LUNA_SIM_MAX_TICKS_MAX - 1);
+  assert_int_equal(luna_loop_frame_ns(fx->loop, 2), LUNA_ERANGE);
+}
+
+static void loading_an_imported_future_raises_the_head(void **state) {
+  fixture *fx = *state;
+  luna_sim *sim = sim_with(fx, cfg_ms(20));
+  unsigned char b[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  uint64_t ran = 9;
+  assert_int_equal(luna_sim_import(sim, 500, b, 8, NULL), 0);
+  assert_int_equal(luna_sim_resimulate(sim, 500, &ran), 0);
+  assert_int_equal(ran, 0);
+  assert_int_equal(luna_sim_tick(sim), 500);
+  assert_int_equal(luna_sim_head(sim), 500);
+  assert_int_equal(F.x, UINT64_C(0x0807060504030201));
+  assert_int_equal(luna_loop_frame_ns(fx->loop, 20 * MS), 0);
+  assert_int_equal(F.info[0].tick, 501);
+  assert_int_equal(F.info[0].flags, LUNA_SIM_FIRST_FULL | LUNA_SIM_FINAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -1119,6 +1179,9 @@ int main(void) {
       T(the_pair_is_inside_the_tick_and_other_timings_are_not),
       T(a_stopped_frame_closes_its_tick),
       T(replacing_the_provider_detaches_it_and_empties_the_history),
+      T(a_sim_made_during_a_frame_takes_the_pair_at_the_next),
+      T(the_longest_tick_in_the_largest_batch_fits),
+      T(loading_an_imported_future_raises_the_head),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
