@@ -117,7 +117,8 @@ LUNA_API int luna_loop_remove_listener(luna_loop *loop, luna_listener_fn fn, voi
 /* The convenience driver: luna_loop_begin_frame(dt), then the 16 timings in
    order, the host hook between each first timing and its Last partner. The
    FixedUpdate/LastFixedUpdate pair runs once per fixed step due (see
-   luna_loop_fixed_steps). dt is in seconds, >= 0 and finite (LUNA_EINVAL
+   luna_loop_fixed_steps); a loop with a simulation (lunaloop/sim.h) runs
+   the sim's pair once per tick step its catch-up policy planned instead. dt is in seconds, >= 0 and finite (LUNA_EINVAL
    otherwise; LUNA_ERANGE for a frame that would push a clock past
    LUNA_CLOCK_MAX, about 73 years: at time scale 1e6 that is 38 minutes of
    frames). Returns 0; LUNA_ESTOPPED when luna_loop_stop was called during
@@ -131,7 +132,9 @@ LUNA_API int luna_loop_frame_ns(luna_loop *loop, luna_ns dt);
    fixed-step accumulator += round(dt * time_scale); the number of fixed steps
    due is then floor(accumulator / fixed_dt), capped at max_fixed_steps (time
    beyond the cap is dropped and counted, so a slow frame cannot start a
-   spiral of death). 0; LUNA_EINVAL for a negative dt; LUNA_ERANGE for one
+   spiral of death). With a simulation at the FixedUpdate pair
+   (lunaloop/sim.h) the sim's accumulator and policy replace this one. 0;
+   LUNA_EINVAL for a negative dt; LUNA_ERANGE for one
    that would push the unscaled or scaled clock past LUNA_CLOCK_MAX (nothing
    changes then);
    LUNA_ESTATE in a callback or while a task of an attached Lua state runs. */
@@ -152,7 +155,8 @@ LUNA_API int luna_loop_run(luna_loop *loop, luna_timing timing);
 LUNA_API void luna_loop_stop(luna_loop *loop);
 
 /* Fixed steps still due in this frame (set by begin_frame, decremented by
-   each run of LUNA_FIXED_UPDATE). */
+   each run of LUNA_FIXED_UPDATE); with a simulation at the FixedUpdate
+   pair, its tick steps due (luna_sim_steps_due). */
 LUNA_API int luna_loop_fixed_steps(const luna_loop *loop);
 
 /* ---- clocks ---------------------------------------------------------------- */
@@ -165,8 +169,9 @@ LUNA_API uint64_t luna_loop_frame_count(const luna_loop *loop);
 LUNA_API luna_ns luna_loop_time(luna_loop *loop, luna_clock clock);
 
 /* Delta time in ns: fixed_dt inside a fixed step (from the start of a
-   FixedUpdate run to the end of its LastFixedUpdate), otherwise the scaled
-   delta of the current frame. */
+   FixedUpdate run to the end of its LastFixedUpdate), the tick's dt_ns
+   inside a simulation's tick (lunaloop/sim.h), otherwise the scaled delta
+   of the current frame. */
 LUNA_API luna_ns luna_loop_delta(const luna_loop *loop);
 /* The unscaled delta of the current frame in ns. */
 LUNA_API luna_ns luna_loop_unscaled_delta(const luna_loop *loop);
@@ -197,7 +202,8 @@ LUNA_API int luna_loop_current_timing(const luna_loop *loop);
    luna_loop_reset. */
 typedef struct luna_loop_stats {
   uint64_t frames;               /* frames begun */
-  uint64_t fixed_steps;          /* fixed steps run */
+  uint64_t fixed_steps;          /* fixed steps run (with a simulation at
+                                    FixedUpdate: its tick steps) */
   uint64_t dropped_fixed_steps;  /* steps dropped by the max_fixed_steps cap */
   luna_ns dropped_fixed_ns;      /* scaled time dropped with them */
   size_t queued[LUNA_TIMING_COUNT]; /* continuations waiting per timing */
