@@ -1150,6 +1150,72 @@ static void loading_an_imported_future_raises_the_head(void **state) {
   assert_int_equal(F.info[0].flags, LUNA_SIM_FIRST_FULL | LUNA_SIM_FINAL);
 }
 
+/* Property: under every policy and any frame dts, time is conserved:
+   ticks run + dropped + given up (render-paced) + carried (debt) + pending
+   is the frame time fed, to the ns; no frame runs more steps than the cap
+   (one when render-paced), no step covers more than max_batch ticks, tick
+   numbers are consecutive across steps, and only a frame's last step has
+   FINAL. */
+static void time_is_conserved_under_every_policy(void **state) {
+  fixture *fx = *state;
+  luna_sim_policy p;
+  for (p = LUNA_SIM_DROP; p <= LUNA_SIM_RENDER_PACED; p++) {
+    luna_sim_config c = cfg_ms(7);
+    luna_sim *sim;
+    uint32_t seed = 99u + (uint32_t)p;
+    uint64_t last = 0;
+    luna_ns fed = 0;
+    int frame;
+    c.policy = p;
+    c.max_ticks_per_frame = 3;
+    c.max_batch = 5;
+    c.max_debt = 6;
+    c.history = 4;
+    luna_loop_free(fx->loop);
+    {
+      luna_config lc = counting_config(&fx->ca);
+      assert_int_equal(luna_loop_new(&lc, &fx->loop), 0);
+    }
+    sim = sim_with(fx, c);
+    for (frame = 0; frame < 3000; frame++) {
+      luna_sim_stats st;
+      luna_ns dt;
+      size_t i, first = F.n = 0;
+      seed = seed * 1103515245u + 12345u;
+      dt = (seed >> 16) % 8 == 0 ? (luna_ns)((seed >> 8) % 200) * MS : (luna_ns)((seed >> 8) % 20000) * 1000;
+      fed += dt;
+      assert_int_equal(luna_loop_frame_ns(fx->loop, dt), 0);
+      assert_true(F.n <= (p == LUNA_SIM_RENDER_PACED ? 1u : 3u));
+      for (i = first; i < F.n; i++) {
+        assert_true(F.info[i].batch >= 1 && F.info[i].batch <= 5);
+        assert_int_equal(F.info[i].tick, last + F.info[i].batch);
+        assert_int_equal(F.info[i].dt_ns, (luna_ns)F.info[i].batch * 7 * MS);
+        assert_int_equal((F.info[i].flags & LUNA_SIM_FINAL) != 0, i == F.n - 1);
+        assert_int_equal((F.info[i].flags & LUNA_SIM_CATCH_UP) != 0, F.info[i].batch > 1);
+        assert_true(F.info[i].flags & LUNA_SIM_FIRST_FULL);
+        last = F.info[i].tick;
+      }
+      luna_sim_get_stats(sim, &st);
+      assert_int_equal(st.tick, last);
+      assert_true(st.debt <= 6);
+      assert_int_equal((luna_ns)st.tick * 7 * MS + st.dropped_ns + st.slowdown_ns +
+                           (luna_ns)st.debt * 7 * MS + luna_sim_pending_ns(sim),
+                       fed);
+      assert_true(luna_sim_alpha(sim) >= 0.0 && luna_sim_alpha(sim) < 1.0);
+    }
+    {
+      luna_sim_stats st;
+      luna_sim_get_stats(sim, &st);
+      if (p == LUNA_SIM_BATCH)
+        assert_true(st.batched_steps > 0);
+      if (p == LUNA_SIM_DEBT)
+        assert_true(st.debt_carried > 0);
+      if (p != LUNA_SIM_RENDER_PACED)
+        assert_true(st.dropped_ticks > 0);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -1182,6 +1248,7 @@ int main(void) {
       T(a_sim_made_during_a_frame_takes_the_pair_at_the_next),
       T(the_longest_tick_in_the_largest_batch_fits),
       T(loading_an_imported_future_raises_the_head),
+      T(time_is_conserved_under_every_policy),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
