@@ -690,12 +690,13 @@ int luna_sim_resimulate(luna_sim *sim, uint64_t from, uint64_t *ran) {
 
 int luna_sim_partial(luna_sim *sim, luna_ns dt) {
   int rc = can_change(sim, true);
+  uint64_t sum;
   if (rc != 0)
     return rc;
   if (dt <= 0 || dt > sim->cfg.tick_ns)
     return LUNA_EINVAL;
   restore_partial(sim);
-  if ((rc = p_save(sim, sim->tick, LUNA_SIM_SLOT_PARTIAL(sim->cfg.history), NULL)) != 0)
+  if ((rc = p_save(sim, sim->tick, LUNA_SIM_SLOT_PARTIAL(sim->cfg.history), &sum)) != 0)
     return rc;
   sim->partial_pending = true;
   sim->cur.tick = sim->tick + 1;
