@@ -320,6 +320,53 @@ LUNA_API int luna_lua_gc_get_stats(lua_State *L, luna_lua_gc_stats *out);
    longest of any). Returns 0, or LUNA_EINVAL for a NULL loop or out. */
 LUNA_API int luna_lua_gc_loop_stats(luna_loop *loop, luna_lua_gc_stats *out);
 
+/* ---- groups (task.group; docs/groups.md, docs/embedding.md) ------------
+   A group the host owns, for a game object whose tasks and callbacks end
+   with it: create it when the object is made, hand it to the object's
+   scripts (luna_lua_group_push) or spawn them into it
+   (luna_lua_group_spawn), pause or slow it, and cancel it from the
+   object's destroy path. The handle stays valid until
+   luna_lua_group_release, cancelled or not; every function refuses a
+   group of another state (LUNA_EINVAL). Loop thread only; not from
+   inside a task.on callback of the same group's members being cancelled
+   (cancel from a task or between frames is fine). */
+typedef struct luna_lua_group luna_lua_group;
+
+/* Creates a group (time scale 1, not paused) named `name` (may be NULL)
+   under `parent` (a host group of L, or NULL) and keeps a reference for
+   the host. NULL when L has no binding, parent is not L's, or memory ran
+   out (nothing raised). */
+LUNA_API luna_lua_group *luna_lua_group_new(lua_State *L, const char *name,
+                                            luna_lua_group *parent);
+/* Pushes the group's Lua value (a Group, as task.group makes). 0 or
+   LUNA_EINVAL (nothing pushed). */
+LUNA_API int luna_lua_group_push(lua_State *L, luna_lua_group *g);
+/* Spawns the function below the nargs values on top of L into g, as
+   g:spawn (it runs now until its first await), names it `name` (may be
+   NULL), and leaves the Task where the function and arguments were.
+   LUNA_EINVAL (bad arguments, nothing popped), LUNA_ESTATE (g is
+   cancelled, nothing popped), or 0. Creating the task allocates: out of
+   memory raises, as luna_lua_spawn. */
+LUNA_API int luna_lua_group_spawn(lua_State *L, luna_lua_group *g, int nargs, const char *name);
+/* g:pause() / g:resume() and g:time_scale(scale): 0, LUNA_EINVAL (not
+   L's, or a scale that is NaN, negative or above 1e6), LUNA_ESTATE
+   (cancelled) or LUNA_ENOMEM. */
+LUNA_API int luna_lua_group_set_paused(lua_State *L, luna_lua_group *g, bool paused);
+LUNA_API int luna_lua_group_set_time_scale(lua_State *L, luna_lua_group *g, double scale);
+/* g:cancel(): every member task (and those of groups below it) cancelled
+   in creation order, their to-be-closed variables run, every callback
+   removed, the groups closed. Runs in a protected call: errors of the
+   members' cleanup are reported as for t:cancel(). *cancelled (may be
+   NULL) gets the number of tasks cancelled. 0, LUNA_EINVAL, or
+   LUNA_ENOMEM (the cancellation could not finish). Cancelling again does
+   nothing. */
+LUNA_API int luna_lua_group_cancel(lua_State *L, luna_lua_group *g, size_t *cancelled);
+/* True once g is cancelled (or when g is not L's). */
+LUNA_API bool luna_lua_group_cancelled(lua_State *L, const luna_lua_group *g);
+/* Drops the host's reference: the group lives on while scripts or its
+   members hold it, and is not cancelled by this. g is invalid after. */
+LUNA_API void luna_lua_group_release(lua_State *L, luna_lua_group *g);
+
 LUNA_END_DECLS
 
 #endif

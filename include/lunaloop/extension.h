@@ -230,6 +230,49 @@ void **luna__loop_pacer(luna_loop *loop);
    pacer. */
 void *luna__loop_realloc(luna_loop *loop, void *p, size_t osize, size_t nsize);
 
+/* ---- group clocks (gclock.c; the binding's task.group) ------------------ */
+
+/* A group clock: the loop's scaled clock times an effective scale (its own
+   scale times its ancestors'), stopped while it or an ancestor is paused,
+   and a count of the frames begun while it was not paused. Kept as anchors,
+   so a frame costs nothing per clock and a pause or a scale change costs a
+   walk over the clock's descendant clocks, never over its timers. Timers
+   on it (kind LUNA_TIMER_SCALED, deadline in group ns; LUNA_TIMER_FRAME,
+   deadline in group frames) fire at the first run of their timing at which
+   the group clock has reached the deadline, in (deadline, creation) order
+   within one (timing, kind); a timer created during a run of its timing
+   never fires in that run. Created with scale 1, not paused, its clocks at
+   0. Loop thread only; a clock must not outlive its loop. */
+typedef struct luna__gclock luna__gclock;
+/* 0 or LUNA_ENOMEM. parent may be NULL. */
+int luna__gclock_new(luna_loop *loop, luna__gclock *parent, luna__gclock **out);
+/* Frees c and its timers without calling them; its children go on as
+   roots, at the times they read now. From inside one of c's own timer
+   callbacks the memory goes when that firing returns. loop_alive false:
+   the loop was freed already (only memory is given back). */
+void luna__gclock_free(luna__gclock *c, bool loop_alive);
+/* Scale in [0, LUNA_TIME_SCALE_MAX]: 0, LUNA_EINVAL (NaN, negative, too
+   big) or LUNA_ENOMEM (a proxy could not be re-armed). */
+int luna__gclock_set_scale(luna__gclock *c, double scale);
+int luna__gclock_set_paused(luna__gclock *c, bool paused);
+double luna__gclock_scale(const luna__gclock *c);
+bool luna__gclock_own_paused(const luna__gclock *c);
+double luna__gclock_effective_scale(const luna__gclock *c);
+bool luna__gclock_paused(const luna__gclock *c); /* it or an ancestor */
+luna_ns luna__gclock_time(const luna__gclock *c);
+int64_t luna__gclock_frames(const luna__gclock *c);
+/* Timers of kind LUNA_TIMER_SCALED or LUNA_TIMER_FRAME (else LUNA_EINVAL):
+   0 or LUNA_ENOMEM; cancel: 0 or LUNA_ENOENT. */
+int luna__gclock_add_timer(luna__gclock *c, luna_timing timing, luna_timer_kind kind,
+                           int64_t deadline, luna_fn fn, void *arg, luna_timer_id *out);
+int luna__gclock_cancel(luna__gclock *c, luna_timer_id id);
+size_t luna__gclock_count(const luna__gclock *c);
+/* Removes every timer of c and then calls each(ud, fn, arg) for each, in
+   creation order (the binding wakes the tasks that waited on them).
+   Returns how many. */
+size_t luna__gclock_clear(luna__gclock *c, void (*each)(void *ud, luna_fn fn, void *arg),
+                          void *ud);
+
 LUNA_END_DECLS
 
 #endif

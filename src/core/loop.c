@@ -186,6 +186,7 @@ static int run_timing(luna_loop *loop, int timing) {
   }
   loop->v.current = timing;
   loop->runner.active = timing;
+  loop->run_seq = start_seq;
   /* A sim's normal tick starts here: tick number, delta time, the
      provider's tick callback, before the run's four steps (sim.h). */
   if (timing == sim_timing)

@@ -57,6 +57,8 @@ struct luna_loop {
   bool in_frame;           /* inside luna_loop_frame (hooks included) */
   bool in_listener;        /* dispatching reset/free to listeners */
   bool stop;               /* luna_loop_stop was called during a run */
+  uint64_t run_seq;        /* the timer sequence when the current run began:
+                              group clocks (gclock.c) call only older timers */
 
   /* Statistics (see luna_loop_stats). */
   uint64_t fixed_steps_run;

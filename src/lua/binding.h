@@ -88,6 +88,8 @@ struct luna__handle {
   luna_ns interval;
   int64_t calls_due;       /* every: intervals accounted for so far (k) */
   luna__handle *prev, *next; /* registered handles */
+  struct luna__gclock *clock; /* a group's on/every (g:on, g:every): its
+                                 clock; NULL for task.on and task.every */
 };
 
 /* ---- observers (observer.c installs them and adapts the public one) ---- */
@@ -226,6 +228,9 @@ struct luna__binding {
   int exit_code;
   luna__gc_member gc;     /* its part of the loop's collector pacer (gc.c);
                              read only by the pacer, never on a resume */
+  /* task.group (group.c) */
+  size_t ngroups;         /* groups open: 0 lets a spawn skip the join */
+  struct luna_lua_group *groups; /* every group with a clock, a list */
 };
 
 /* Lua code the binding calls outside any task, which cannot await. */
@@ -572,5 +577,25 @@ void luna__observers_free(luna__binding *b);
 void luna__tune_loop(luna_loop *loop);
 void luna__remove_all_handles(luna__binding *b);
 void luna__open_callbacks(lua_State *L, luna__binding *b);
+/* A group's g:on and g:every (group.c): the arguments of task.on or
+   task.every from index 2 (index 1 is the group, which the handle keeps
+   alive); pushes the Handle. */
+int luna__group_on(lua_State *L, luna__binding *b, struct luna__gclock *clock);
+int luna__group_every(lua_State *L, luna__binding *b, struct luna__gclock *clock);
+/* Removes a handle (handle:remove()). */
+void luna__remove_handle(luna__handle *h);
+
+/* ---- group.c: task.group ------------------------------------------------- */
+/* The task being made (its thread on top of L) joins the group at
+   group_idx of L, or with group_idx 0 the group of the task running now
+   (when it has one, open). Returns true when it joined. May raise. */
+bool luna__group_join(lua_State *L, luna__binding *b, int group_idx);
+/* The state leaves its loop (loop_alive: before the loop is freed) or
+   closes: every group's clock is freed and the group closed. */
+void luna__groups_detach(luna__binding *b, bool loop_alive);
+/* The loop is being reset (its timers go): every group's clock drops its
+   timers, letting go of the deferred starts they held. */
+void luna__groups_reset(luna__binding *b);
+void luna__open_groups(lua_State *L, luna__binding *b);
 
 #endif

@@ -38,7 +38,9 @@ static void deactivate(luna__binding *b, luna__handle *h, bool remove_item) {
     return;
   h->active = false;
   if (remove_item && b->loop != NULL) {
-    if (h->kind == HANDLE_EVERY)
+    if (h->kind == HANDLE_EVERY && h->clock != NULL)
+      luna__gclock_cancel(h->clock, h->timer);
+    else if (h->kind == HANDLE_EVERY)
       luna_timer_cancel(b->loop, h->timer);
     else
       luna_item_remove(b->loop, h->item);
@@ -112,6 +114,18 @@ static bool callback_step(luna_loop *loop, void *arg) {
   if (!luna__held(h->b)) /* held: called again at the next run */
     call_handle(h->b, h, L, lua_gettop(L), (lua_Number)dt / 1e9, 0);
   return h->active; /* released, not yet collected: nothing ran since */
+}
+
+/* A group's g:on callback: not called while the group is paused (the item
+   stays), and dt is the group's (delta time times its effective scale). */
+static bool group_callback_step(luna_loop *loop, void *arg) {
+  luna__handle *h = (luna__handle *)arg;
+  lua_State *L = luna__exec_state(h->b);
+  luna_ns dt = luna__loop_dt(loop);
+  if (!luna__gclock_paused(h->clock) && !luna__held(h->b))
+    call_handle(h->b, h, L, lua_gettop(L),
+                (lua_Number)dt / 1e9 * luna__gclock_effective_scale(h->clock), 0);
+  return h->active;
 }
 
 /* ---- batches ------------------------------------------------------------ */
@@ -249,6 +263,9 @@ static int arm_every(luna__binding *b, luna__handle *h) {
   luna_ns deadline = next > (LUNA_NS_MAX - h->anchor) / h->interval
                          ? LUNA_NS_MAX
                          : h->anchor + next * h->interval;
+  if (h->clock != NULL)
+    return luna__gclock_add_timer(h->clock, h->timing, LUNA_TIMER_SCALED, deadline,
+                                  luna__every_cb, h, &h->timer);
   return luna_timer_add(b->loop, h->timing, (luna_timer_kind)h->timer_kind, deadline,
                         luna__every_cb, h, &h->timer);
 }
@@ -261,7 +278,8 @@ void luna__every_cb(luna_loop *loop, void *arg) {
   luna__binding *b = h->b;
   lua_State *L = luna__exec_state(b);
   int top = lua_gettop(L);
-  luna_ns now = luna_loop_time(loop, LUNA_CLOCK_OF_TIMER_KIND(h->timer_kind));
+  luna_ns now = h->clock != NULL ? luna__gclock_time(h->clock)
+                                 : luna_loop_time(loop, LUNA_CLOCK_OF_TIMER_KIND(h->timer_kind));
   int64_t due = (now - h->anchor) / h->interval;
   int64_t n = due - h->calls_due, before = h->calls_due;
   if (n < 1)
@@ -291,6 +309,8 @@ static int l_handle_remove(lua_State *L) {
   return 0;
 }
 
+void luna__remove_handle(luna__handle *h) { deactivate(h->b, h, true); }
+
 static int l_handle_active(lua_State *L) {
   lua_pushboolean(L, check_handle(L, 1)->active);
   return 1;
@@ -304,20 +324,27 @@ static int l_handle_tostring(lua_State *L) {
   return 1;
 }
 
-/* Creates a handle for the function at index 2, pushed on L. */
-static luna__handle *new_handle(lua_State *L, luna__binding *b, int kind, luna_timing timing) {
+/* Creates a handle for the function at index 2, pushed on L; a group's
+   (clock not NULL) keeps the group at index 1 as its second user value. */
+static luna__handle *new_handle(lua_State *L, luna__binding *b, int kind, luna_timing timing,
+                                struct luna__gclock *clock) {
   luna__handle *h;
   if (b->closing)
     luaL_error(L, LUNA__CLOSING_MSG);
-  h = (luna__handle *)lua_newuserdatauv(L, sizeof *h, 1);
+  h = (luna__handle *)lua_newuserdatauv(L, sizeof *h, clock != NULL ? 2 : 1);
   memset(h, 0, sizeof *h);
   h->b = b;
   h->kind = (uint8_t)kind;
   h->timing = (uint8_t)timing;
   h->ref = h->fn_ref = LUA_NOREF;
+  h->clock = clock;
   luaL_setmetatable(L, LUNA__HANDLE_MT);
   lua_pushvalue(L, 2);
   lua_setiuservalue(L, -2, 1);
+  if (clock != NULL) {
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 2);
+  }
   return h;
 }
 
@@ -403,33 +430,44 @@ static int timing_or_options(lua_State *L, int idx, bool timing_ok, luna_timing 
    return values are ignored. Callbacks run in priority order (opts.priority: an integer, lower first, default 0; or
    "high": first, and never deferred by task.set_budget), then in
    registration order. */
-static int l_on(lua_State *L) {
-  luna__binding *b = luna__upvalue_binding(L);
+static int on_impl(lua_State *L, luna__binding *b, struct luna__gclock *clock) {
+  /* A group's arguments start at 2 (1 is the group). */
+  int o = clock != NULL ? 1 : 0;
+  const char *what = clock != NULL ? "g:on" : "task.on";
   luna_timing timing = LUNA_UPDATE;
   luna_item_options opts;
   luna__handle *h;
-  int rc, fn = 1, opt;
+  int rc, fn = o + 1, opt;
   /* Arguments are checked where the caller wrote them: task.on(fn, ...)
      has its function at 1, task.on(timing, fn, ...) at 2. */
-  if (lua_type(L, 1) != LUA_TFUNCTION) {
-    timing = luna__opt_timing(L, 1, LUNA_UPDATE);
-    fn = 2;
+  if (lua_type(L, o + 1) != LUA_TFUNCTION) {
+    timing = luna__opt_timing(L, o + 1, LUNA_UPDATE);
+    fn = o + 2;
   }
   luaL_checktype(L, fn, LUA_TFUNCTION);
-  opt = timing_or_options(L, fn + 1, fn == 1, &timing);
+  opt = timing_or_options(L, fn + 1, fn == o + 1, &timing);
   check_priority(L, opt, &opts);
   lua_settop(L, fn);
-  if (fn == 1) { /* new_handle takes the function at index 2 */
+  if (o == 0 && fn == 1) { /* new_handle takes the function at index 2 */
     lua_pushnil(L);
     lua_insert(L, 1);
+  } else if (o == 1 && fn == 3) {
+    lua_remove(L, 2); /* the timing: the group stays at 1, fn comes to 2 */
   }
-  h = new_handle(L, b, HANDLE_ON, timing);
+  h = new_handle(L, b, HANDLE_ON, timing, clock);
   reference_handle(L, h);
-  rc = luna_item_add_ex(b->loop, timing, callback_step, h, &opts, &h->item);
+  rc = luna_item_add_ex(b->loop, timing, clock != NULL ? group_callback_step : callback_step, h,
+                        &opts, &h->item);
   if (rc != 0)
-    return arm_failed(L, b, h, "task.on", rc);
+    return arm_failed(L, b, h, what, rc);
   register_handle(b, h);
   return 1;
+}
+
+static int l_on(lua_State *L) { return on_impl(L, luna__upvalue_binding(L), NULL); }
+
+int luna__group_on(lua_State *L, luna__binding *b, struct luna__gclock *clock) {
+  return on_impl(L, b, clock);
 }
 
 /* A deterministic fraction in [0, 1) for the i-th spread registration: the
@@ -449,36 +487,41 @@ static double spread_fraction(uint64_t i) {
    "unscaled", "realtime", "fixed") and opts.spread: true staggers the first calls of callbacks started
    together evenly over one interval (deterministically), so thousands of
    them do not land in the same frame. */
-static int l_every(lua_State *L) {
-  luna__binding *b = luna__upvalue_binding(L);
-  lua_Number seconds = luaL_checknumber(L, 1);
+static int every_impl(lua_State *L, luna__binding *b, struct luna__gclock *clock) {
+  int o = clock != NULL ? 1 : 0;
+  const char *what = clock != NULL ? "g:every" : "task.every";
+  lua_Number seconds = luaL_checknumber(L, o + 1);
   luna_ns interval;
   luna_timing timing = LUNA_UPDATE;
-  luna_clock clock = LUNA_CLOCK_SCALED;
+  luna_clock clk = LUNA_CLOCK_SCALED;
   bool spread = false;
   luna__handle *h;
   luna_ns now;
   int rc, opt;
   if (!(seconds > 0) || luna_seconds_to_ns((double)seconds, &interval) != 0 || interval == 0)
-    return luaL_argerror(L, 1, lua_pushfstring(L, "expected a finite interval of at least "
-                                               "1e-9 seconds, got %s",
-                                               luna__number_text(L, seconds)));
-  luaL_checktype(L, 2, LUA_TFUNCTION);
-  opt = timing_or_options(L, 3, true, &timing);
+    return luaL_argerror(L, o + 1, lua_pushfstring(L, "expected a finite interval of at least "
+                                                   "1e-9 seconds, got %s",
+                                                   luna__number_text(L, seconds)));
+  luaL_checktype(L, o + 2, LUA_TFUNCTION);
+  opt = timing_or_options(L, o + 3, true, &timing);
   if (!lua_isnoneornil(L, opt)) {
     static const char *const known[] = {"timing", "clock", "spread", NULL};
-    luna__check_options(L, opt, known);
-    if (opt == 4 && lua_getfield(L, opt, "timing") != LUA_TNIL)
+    static const char *const group_known[] = {"timing", "spread", NULL};
+    luna__check_options(L, opt, clock != NULL ? group_known : known);
+    if (opt == o + 4 && lua_getfield(L, opt, "timing") != LUA_TNIL)
       luaL_argerror(L, opt, "opts.timing: the timing was given as argument #3 already");
     lua_settop(L, opt);
     timing = luna__field_timing(L, opt, "timing", timing);
-    clock = luna__field_clock(L, opt, "clock", LUNA_CLOCK_SCALED);
+    if (clock == NULL)
+      clk = luna__field_clock(L, opt, "clock", LUNA_CLOCK_SCALED);
     spread = luna__field_boolean(L, opt, "spread", false);
   }
-  lua_settop(L, 2);
-  now = luna_loop_time(b->loop, clock);
-  h = new_handle(L, b, HANDLE_EVERY, timing);
-  h->timer_kind = (uint8_t)LUNA_TIMER_KIND_OF_CLOCK(clock);
+  lua_settop(L, o + 2);
+  if (o == 1)
+    lua_remove(L, 2); /* the interval: the group stays at 1, fn comes to 2 */
+  now = clock != NULL ? luna__gclock_time(clock) : luna_loop_time(b->loop, clk);
+  h = new_handle(L, b, HANDLE_EVERY, timing, clock);
+  h->timer_kind = (uint8_t)LUNA_TIMER_KIND_OF_CLOCK(clk);
   h->interval = interval;
   h->anchor = now;
   if (spread)
@@ -486,9 +529,15 @@ static int l_every(lua_State *L) {
   reference_handle(L, h);
   rc = arm_every(b, h);
   if (rc != 0)
-    return arm_failed(L, b, h, "task.every", rc);
+    return arm_failed(L, b, h, what, rc);
   register_handle(b, h);
   return 1;
+}
+
+static int l_every(lua_State *L) { return every_impl(L, luna__upvalue_binding(L), NULL); }
+
+int luna__group_every(lua_State *L, luna__binding *b, struct luna__gclock *clock) {
+  return every_impl(L, b, clock);
 }
 
 void luna__remove_all_handles(luna__binding *b) {

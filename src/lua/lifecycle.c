@@ -49,9 +49,12 @@ static void on_loop_event(luna_loop *loop, luna_event event, void *ud) {
   luna__binding *b = (luna__binding *)ud;
   (void)loop;
   detach_work(b);
-  if (event == LUNA_EVENT_RESET && b->loop != NULL)
+  if (event == LUNA_EVENT_RESET && b->loop != NULL) {
+    luna__groups_reset(b);
     luna_purge(b->loop, release_continuation, b);
+  }
   if (event == LUNA_EVENT_FREE) {
+    luna__groups_detach(b, b->loop != NULL);
     luna_purge(b->loop, owned_continuation, b);
     b->loop = NULL;
     b->owns_loop = false;
@@ -68,12 +71,14 @@ static void detach(luna__binding *b) {
   if (b->loop != NULL) {
     luna__remove_all_handles(b);
     luna__abandon_all(b);
+    luna__groups_detach(b, true);
     luna_purge(b->loop, owned_continuation, b);
     luna_loop_remove_listener(b->loop, on_loop_event, b);
     if (b->owns_loop)
       luna_loop_free(b->loop);
     b->loop = NULL;
   }
+  luna__groups_detach(b, false); /* (the loop was freed before) */
   luna__free_records(b); /* nothing holds them now: the loop forgot them */
   luna__ring_free(b, &b->ready);
   luna__ring_free(b, &b->cancels);

@@ -203,6 +203,9 @@ static void disarm(luna__binding *b, luna__task *t) {
   case LUNA__W_TASK:
     unlink_awaiter(t);
     break;
+  case LUNA__W_GROUP:
+    luna__gclock_cancel((luna__gclock *)t->on.gtimer.clock, t->on.gtimer.id);
+    break;
   default: /* continuations stay queued; t->pending covers them */
     break;
   }
@@ -860,9 +863,15 @@ void luna__wake(luna__binding *b, luna__task *t, lua_State *L, int nvalues, bool
 /* ---- starting ---------------------------------------------------------------------- */
 
 luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs) {
+  return luna__new_task_in(L, b, fn_idx, nargs, 0);
+}
+
+luna__task *luna__new_task_in(lua_State *L, luna__binding *b, int fn_idx, int nargs,
+                              int group_idx) {
   luna__task *t;
   lua_State *co;
   int i, ref;
+  bool joined = false;
   if (b->closing)
     luaL_error(L, LUNA__CLOSING_MSG);
   fn_idx = lua_absindex(L, fn_idx);
@@ -874,6 +883,10 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   for (i = 0; i <= nargs; i++)
     lua_pushvalue(L, fn_idx + i);
   lua_xmove(L, co, nargs + 1);
+  /* Group membership before the anchor and the record (it may raise). A
+     state without groups pays one test. */
+  if (b->ngroups > 0 && group_idx >= 0)
+    joined = luna__group_join(L, b, group_idx);
   ref = luna__anchor(L, b);
   /* The record last: everything above may raise, and a raise after it
      would lose it. Only the slot must be given back if it cannot be had. */
@@ -892,6 +905,7 @@ luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs
   t->on.ready.nresume = nargs;
   t->id = ++b->next_id;
   t->created_frame = luna__loop_frame(b->loop);
+  t->grouped = joined;
   b->ntasks++;
   if (b->creation_traceback)
     luna__note_creation(L);

@@ -64,7 +64,8 @@ typedef enum luna__state {
   X(TIMER, "timer")         /* a delay or a frame wait */                       \
   X(PREDICATE, "predicate") /* wait_until / wait_while: a runner item */        \
   X(TASK, "task")           /* another task settling */                         \
-  X(EXTERNAL, "external")   /* something woken through luna__wake (composition) */
+  X(EXTERNAL, "external")   /* something woken through luna__wake (composition) */ \
+  X(GROUP, "group timer")   /* a delay or frame wait on a group's clock (group.c) */
 
 typedef enum luna__wait {
 #define LUNA__WAIT_ENUM(NAME, name) LUNA__W_##NAME,
@@ -95,7 +96,9 @@ struct luna__task {
                                     await without cancelling the task (scope bodies) */
   uint8_t has_deps : 1;          /* waiting in a combinator that declared what it
                                     waits on (cycles.c) */
-  uint32_t dependents;  /* combinators' lists holding this task (cycles.c) */
+  uint32_t dependents : 31; /* combinators' lists holding this task (cycles.c) */
+  uint32_t grouped : 1;     /* a member of a task.group (group.c): its tasks
+                               spawn into it; 0 for every task outside one */
   /* What the current wait holds; a task waits on one thing at a time. */
   union {
     struct {
@@ -103,6 +106,10 @@ struct luna__task {
       int64_t deadline; /* ns, or a frame number (introspection) */
     } timer;            /* LUNA__W_TIMER */
     luna_item_id item;  /* LUNA__W_PREDICATE */
+    struct {
+      luna_timer_id id;
+      void *clock;      /* the luna__gclock (lunaloop/extension.h) */
+    } gtimer;           /* LUNA__W_GROUP */
     struct {
       luna__task *next; /* queued behind a full ready ring */
       int nresume;      /* values pushed on co for the next resume */
@@ -170,6 +177,10 @@ luna__task *luna__test_task(lua_State *L, int idx);
 /* Creates a task from the function at fn_idx and the nargs values above it
    (they stay on L), pushes its thread; the task is PENDING. */
 luna__task *luna__new_task(lua_State *L, luna__binding *b, int fn_idx, int nargs);
+/* The same, the task joining the group at group_idx of L (0: the group of
+   the task running now, if any; -1: no group). */
+luna__task *luna__new_task_in(lua_State *L, luna__binding *b, int fn_idx, int nargs,
+                              int group_idx);
 /* Starts a PENDING task now (spawn). */
 void luna__start(luna__binding *b, luna__task *t);
 /* Queues a PENDING task to start at the next run of `timing`. */
