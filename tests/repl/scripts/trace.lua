@@ -38,5 +38,5 @@ end)
 remover.name = "remover"
 -- The collector paced with a budget at LastTimeUpdate, and garbage for it:
 -- its work in each frame is a "gc" slice on the collector track.
-task.gc{budget = 0.001}
+task.gc{budget = 0.001, stop_auto = true}
 for i = 1, 20000 do local _ = {i} end
