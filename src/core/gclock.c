@@ -210,15 +210,16 @@ static bool map_deadline(const luna__gclock *c, const gsub *u, luna_ns deadline,
     *out = d <= 0 ? (int64_t)c->F0 : (int64_t)c->F0 + d;
     return true;
   }
-  if (c->escale == 0.0)
-    return false; /* a stopped clock: never, until the scale changes */
   {
-    luna_ns d = deadline - c->t0;
+    luna_ns d = deadline - luna__gclock_time(c);
     double x;
-    if (d <= 0) {
-      *out = c->s0;
+    if (d <= 0) { /* due now, whatever the scale */
+      *out = c->loop->clocks.scaled;
       return true;
     }
+    if (c->escale == 0.0)
+      return false; /* a stopped clock: never, until the scale changes */
+    d = deadline - c->t0;
     x = ceil((double)d / c->escale);
     *out = x >= (double)LUNA_NS_MAX ? LUNA_NS_MAX : luna_ns_add(c->s0, (luna_ns)x);
     return true;
