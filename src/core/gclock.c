@@ -29,7 +29,6 @@
 **
 ** Loop thread only. Includes only the core's own headers.
 */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,8 +219,15 @@ static bool map_deadline(const luna__gclock *c, const gsub *u, luna_ns deadline,
     if (c->escale == 0.0)
       return false; /* a stopped clock: never, until the scale changes */
     d = deadline - c->t0;
-    x = ceil((double)d / c->escale);
-    *out = x >= (double)LUNA_NS_MAX ? LUNA_NS_MAX : luna_ns_add(c->s0, (luna_ns)x);
+    x = (double)d / c->escale;
+    if (x >= (double)LUNA_NS_MAX) {
+      *out = LUNA_NS_MAX;
+    } else {
+      luna_ns up = (luna_ns)x; /* the ceiling, without libm (the core links none) */
+      if ((double)up < x)
+        up++;
+      *out = luna_ns_add(c->s0, up);
+    }
     return true;
   }
 }
@@ -419,7 +425,7 @@ static int refresh_tree(luna__gclock *c) {
 }
 
 int luna__gclock_set_scale(luna__gclock *c, double scale) {
-  if (isnan(scale) || scale < 0 || scale > LUNA_TIME_SCALE_MAX)
+  if (scale != scale || scale < 0 || scale > LUNA_TIME_SCALE_MAX)
     return LUNA_EINVAL;
   reanchor_tree(c);
   c->scale = scale;

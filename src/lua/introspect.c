@@ -186,6 +186,9 @@ static void write_wait(lua_State *L, FILE *out, const luna__task *t) {
   case LUNA__W_PREDICATE:
     fprintf(out, "waits on a %s predicate (%s)", t->until ? "wait_until" : "wait_while", timing);
     return;
+  case LUNA__W_GROUP:
+    fprintf(out, "waits on a group's clock (%s)", timing);
+    return;
   case LUNA__W_TASK:
     fputs("waits on ", out);
     luna__push_task(L, t->on.await.target);
