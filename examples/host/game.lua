@@ -4,6 +4,19 @@
 -- host.checksum and host.find_path return promises that the host's worker
 -- threads complete; task.await turns them into values or errors.
 
+-- 0. The brain of an enemy: the host spawns it into the enemy's own group
+-- (luna_lua_group_spawn) and cancels that group when the enemy is
+-- destroyed. Everything the brain starts joins the group; its cleanup is
+-- a to-be-closed variable, so it runs however the brain ends.
+function enemy_brain(name, g)
+  local cleanup <close> = setmetatable({}, {__close = function()
+    print(("[game] frame %d: %s's brain stopped, its cleanup ran"):format(task.frame(), name))
+  end})
+  g:every(0.25, function() host.enemy_tick(name) end) -- a callback of the group
+  task.spawn(function() while true do g:delay(1) end end) -- joins the group
+  while true do g:delay(0.5) end
+end
+
 print(("[game] frame %d: asking %d workers for checksums"):format(task.frame(), host.workers))
 
 -- 1. Several jobs at once: checksum the files of this example in parallel.

@@ -17,6 +17,11 @@
 **   worker, polling luna_promise_is_cancelled, stops early.
 ** - It owns memory and time: the loop and both Lua states allocate through
 **   the host's counting allocator, and the loop reads the host's clock.
+** - It owns game objects whose scripts end with them: each enemy owns a
+**   task.group (luna_lua_group_new), its brain is spawned into it, a stun
+**   pauses it, and destroying the enemy cancels the group from the
+**   destroy path (luna_lua_group_cancel): the brain's to-be-closed
+**   variables run and its g:every callback is removed, in one call.
 ** - It runs two Lua states on one loop: the game (game.lua) and a HUD
 **   (hud.lua), each with its own tasks. It ends when the game has no task
 **   left, stops the workers, runs one more frame so that completions still
@@ -451,11 +456,88 @@ static int l_busy(lua_State *L) {
   return 1;
 }
 
+/* ---- game objects that own a group ------------------------------------------- */
+
+/* An enemy of the host's world. Its brain (enemy_brain in game.lua) runs
+   in the enemy's own group: everything the brain starts joins the group,
+   so destroying the enemy is one call that ends all of it. */
+typedef struct enemy {
+  const char *name;
+  luna_lua_group *group; /* NULL: not spawned yet, or destroyed */
+  int ticks;             /* host.enemy_tick calls (the brain's g:every) */
+  uint64_t last_tick;    /* the frame of the last one */
+  uint64_t destroyed_at;
+  size_t cancelled;      /* tasks its destruction cancelled */
+} enemy;
+
+static enemy enemies[] = {{"bat", NULL, 0, 0, 0, 0}, {"slime", NULL, 0, 0, 0, 0}};
+#define NENEMIES (sizeof enemies / sizeof enemies[0])
+
+/* Creation: a group named after the enemy, and the brain spawned into it
+   with (name, group). */
+static bool enemy_spawn(lua_State *L, enemy *e) {
+  e->group = luna_lua_group_new(L, e->name, NULL);
+  if (e->group == NULL)
+    return false;
+  lua_getglobal(L, "enemy_brain");
+  lua_pushstring(L, e->name);
+  luna_lua_group_push(L, e->group);
+  if (luna_lua_group_spawn(L, e->group, 2, e->name) != 0)
+    return false;
+  lua_pop(L, 1); /* the brain's Task: the group holds it */
+  return true;
+}
+
+/* The destroy path: cancel the group (the brain unwinds now, its cleanup
+   runs, its callbacks go), then let go of the host's reference. */
+static void enemy_destroy(lua_State *L, enemy *e, uint64_t frame) {
+  if (e->group == NULL)
+    return;
+  if (luna_lua_group_cancel(L, e->group, &e->cancelled) != 0)
+    fprintf(stderr, "host: cancelling %s's group failed\n", e->name);
+  luna_lua_group_release(L, e->group);
+  e->group = NULL;
+  e->destroyed_at = frame;
+  printf("[host] frame %llu: %s destroyed, %zu task(s) of its group cancelled\n",
+         (unsigned long long)frame, e->name, e->cancelled);
+}
+
+/* host.enemy_tick(name): the brain's periodic callback reports in. */
+static int l_enemy_tick(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  size_t i;
+  for (i = 0; i < NENEMIES; i++)
+    if (strcmp(enemies[i].name, name) == 0) {
+      enemies[i].ticks++;
+      enemies[i].last_tick = luna_loop_frame_count(luna_lua_loop(L));
+    }
+  return 0;
+}
+
+/* The host's own events, between frames: enemies appear, the bat is
+   stunned for a second (its group paused: its brain and callback stop,
+   the rest of the game goes on), then both are destroyed. */
+static void enemy_events(lua_State *L, uint64_t frame) {
+  size_t i;
+  if (frame == 30)
+    for (i = 0; i < NENEMIES; i++)
+      if (!enemy_spawn(L, &enemies[i]))
+        fprintf(stderr, "host: cannot spawn %s\n", enemies[i].name);
+  if (frame == 60 && enemies[0].group != NULL)
+    luna_lua_group_set_paused(L, enemies[0].group, true);
+  if (frame == 120 && enemies[0].group != NULL)
+    luna_lua_group_set_paused(L, enemies[0].group, false);
+  if (frame == 150)
+    enemy_destroy(L, &enemies[0], frame);
+  if (frame == 180)
+    enemy_destroy(L, &enemies[1], frame);
+}
+
 static const luaL_Reg host_funcs[] = {
     {"checksum", l_checksum}, {"find_path", l_find_path}, {"find_path_huge", l_find_path_huge},
     {"key", l_key},           {"walk", l_walk},           {"arrived", l_arrived},
     {"unit", l_unit},         {"status", l_status},       {"snapshot", l_snapshot},
-    {"busy", l_busy},         {NULL, NULL}};
+    {"busy", l_busy},         {"enemy_tick", l_enemy_tick}, {NULL, NULL}};
 
 static void push_point(lua_State *L, work_point p) {
   lua_createtable(L, 0, 2);
@@ -721,6 +803,7 @@ int main(int argc, char **argv) {
       clk.virtual_now += dt;
     }
     frame(&h, dt);
+    enemy_events(game, luna_loop_frame_count(h.loop));
   }
 
   /* Shutdown, in the order docs/embedding.md gives: stop the producers, let
@@ -743,6 +826,23 @@ int main(int argc, char **argv) {
   }
   if (luna_lua_task_count(game) > 0)
     errors++;
+  /* Each enemy's group ended its brain and the task it spawned, and its
+     callback: no tick after its destruction; the bat, stunned for 60
+     frames, ticked less. */
+  {
+    size_t k;
+    for (k = 0; k < NENEMIES; k++) {
+      enemy *e = &enemies[k];
+      printf("[host] %s: %d ticks, the last at frame %llu\n", e->name, e->ticks,
+             (unsigned long long)e->last_tick);
+      if (e->group != NULL)
+        enemy_destroy(game, e, luna_loop_frame_count(h.loop));
+      else if (e->cancelled != 2 || e->ticks == 0 || e->last_tick > e->destroyed_at)
+        counts_ok = false;
+    }
+    if (enemies[0].ticks >= enemies[1].ticks)
+      counts_ok = false;
+  }
   lua_close(game); /* cancels what is left of its tasks first */
   lua_close(hud);  /* removes its periodic callback */
   luna_loop_free(h.loop);
