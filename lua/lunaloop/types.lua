@@ -314,6 +314,104 @@ function task.scope(fn, ...) end
 ---@return lunaloop.Channel
 function task.channel(capacity) end
 
+---A lifetime and clock group (task.group, docs/groups.md).
+---@class lunaloop.Group
+---@field name string? its name
+local Group = {}
+---Spawns fn(...) now as a member (as task.spawn); raises once cancelled.
+---@param fn async fun(...): ...
+---@return lunaloop.Task
+function Group:spawn(fn, ...) end
+---Starts fn(...) as a member at the next run of Update at which the group is not paused.
+---@param fn async fun(...): ...
+---@return lunaloop.Task
+function Group:defer(fn, ...) end
+---@param timing lunaloop.Timing
+---@param fn async fun(...): ...
+---@return lunaloop.Task
+function Group:spawn_at(timing, fn, ...) end
+---Waits `seconds` on the group's clock (the running task; default timing Update).
+---@async
+---@param seconds number
+---@param timing lunaloop.Timing?
+function Group:delay(seconds, timing) end
+---The next run of `timing` at which the group is not paused.
+---@async
+---@param timing lunaloop.Timing?
+function Group:yield(timing) end
+---@async
+---@param timing lunaloop.Timing?
+function Group:next_frame(timing) end
+---@async
+---@param n integer frames of the group
+---@param timing lunaloop.Timing?
+function Group:delay_frame(n, timing) end
+---task.on as a callback of the group: not called while paused; dt in group time.
+---@return lunaloop.Handle
+function Group:on(...) end
+---task.every on the group's clock (no opts.clock).
+---@param interval number seconds of group time
+---@param fn fun(n: integer)
+---@return lunaloop.Handle
+function Group:every(interval, fn, ...) end
+---@return lunaloop.Group
+function Group:pause() end
+---@return lunaloop.Group
+function Group:resume() end
+---True when the group or an ancestor is paused.
+---@return boolean
+function Group:paused() end
+---Its own time scale (0 to 1e6), set when x is given.
+---@param x number?
+---@return number
+function Group:time_scale(x) end
+---Its scale times its ancestors'.
+---@return number
+function Group:effective_scale() end
+---@return number seconds on the group's clock
+function Group:time() end
+---@return integer frames the group ran (not paused)
+function Group:frame() end
+---Cancels every member (and those of the groups below it) in creation order, removes
+---its callbacks, closes it. Also at the end of a `<close>` variable's scope.
+---@return integer cancelled
+function Group:cancel() end
+---@return boolean
+function Group:cancelled() end
+---Awaits every member; raises a member's failure.
+---@async
+function Group:wait() end
+---@return integer live members, descendants included
+function Group:count() end
+---@return lunaloop.Task[] live direct members in creation order
+function Group:members() end
+---@param t lunaloop.Task
+---@return boolean
+function Group:has(t) end
+---@return lunaloop.Group?
+function Group:parent() end
+
+---@class lunaloop.GroupOptions
+---@field time_scale number? default 1
+---@field paused boolean? default false
+---@field name string?
+---@field parent lunaloop.Group|false|nil default: the group of the running task
+
+---A new group (docs/groups.md).
+---@param opts lunaloop.GroupOptions?
+---@return lunaloop.Group
+function task.group(opts) end
+
+---task.spawn outside every group, even from a member.
+---@param fn async fun(...): ...
+---@return lunaloop.Task
+function task.ungrouped(fn, ...) end
+
+---The group t is a direct member of, or nil.
+---@param t lunaloop.Task
+---@return lunaloop.Group?
+function task.group_of(t) end
+
 ---Installs fn(err, traceback, task?, what) as the error handler; returns the
 ---previous one. `what` is the default report's subject ("task worker",
 ---"callback main.lua:30", ...).

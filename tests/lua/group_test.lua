@@ -171,6 +171,30 @@ H.case("tasks_spawned_by_members_join_their_group", function()
   outside:cancel()
 end)
 
+-- The children of combinators and scopes started by a member join its
+-- group, and a group made by a member nests under its group.
+H.case("combinator_children_and_groups_made_by_members_join", function()
+  local g = task.group{name = "boss"}
+  local kids, sub = {}, nil
+  g:spawn(function()
+    task.when_all(function() kids[1] = task.current(); g:delay(9) end,
+                  function() kids[2] = task.current(); g:delay(9) end)
+  end)
+  g:spawn(function()
+    task.scope(function(s) s:spawn(function() kids[3] = task.current(); g:delay(9) end) end)
+  end)
+  g:spawn(function() sub = task.group{name = "minion"}; local root = task.group{parent = false}
+    H.eq(root:parent(), nil); root:cancel() end)
+  H.eq({task.group_of(kids[1]) == g, task.group_of(kids[2]) == g, task.group_of(kids[3]) == g},
+       {true, true, true})
+  H.eq({sub:parent() == g, sub.name, g.name}, {true, "minion", "boss"})
+  H.has(tostring(g), "Group(boss, running)")
+  g:pause()
+  H.has(tostring(g), "Group(boss, paused)")
+  g:cancel()
+  H.eq({kids[1]:status(), kids[3]:status(), sub:cancelled()}, {"cancelled", "cancelled", true})
+end)
+
 -- One call cancels 10,000 members: each one's to-be-closed variable runs,
 -- nothing of theirs is left on the loop.
 H.case("cancel_of_a_group_with_10000_members_in_one_call", function()
