@@ -179,4 +179,37 @@ function W.W8_frames(n)
   return mean, nil, nil, C.W8_FRAMES
 end
 
+-- W9_group_cancel: n tasks asleep on a group's clock, each holding a
+-- to-be-closed variable. impl "lunaloop": one g:cancel() ends them all;
+-- impl "lunaloop_each": t:cancel() on each, in creation order (what a
+-- script without groups writes, keeping its own list). ns per task
+-- cancelled (the cancellation alone); bytes: live bytes per member asleep
+-- (impl "lunaloop", which keeps no list of its own; compare W4_memory).
+function W.W9_group_cancel(n)
+  local each = bench.impl == "lunaloop_each"
+  local g = task.group()
+  local closed = 0
+  local guard = setmetatable({}, {__close = function() closed = closed + 1 end})
+  local delay = g.delay
+  local function body() local c <close> = guard; delay(g, 1e6) end
+  local ts = each and {} or nil
+  C.collect()
+  local m0 = bench.mem()
+  for i = 1, n do
+    local t = g:spawn(body)
+    if ts then ts[i] = t end
+  end
+  C.collect()
+  local bytes = not each and (bench.mem() - m0) / n or nil
+  local ns
+  if each then
+    ns = C.timed(function() for i = 1, n do ts[i]:cancel() end end)
+  else
+    ns = C.timed(function() g:cancel() end)
+  end
+  assert(closed == n and bench.tasks() == 0, "W9: tasks left")
+  g:cancel()
+  return ns / n, bytes, nil, n
+end
+
 return C.workloads(W)

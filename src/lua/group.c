@@ -385,6 +385,24 @@ static void clear_one(void *ud, luna_fn fn, void *arg) {
   }
 }
 
+/* Cancels one member (t NULL or settled: nothing); 1 when it was live. */
+static size_t cancel_member(luna__binding *b, luna__task *t, bool nested) {
+  if (t == NULL || LUNA__SETTLED(t))
+    return 0;
+  if (nested) {
+    luna__cancel(b, t); /* queued behind the cancellation unwinding */
+    return 1;
+  }
+  if (t->state == LUNA__RUNNING || t->cancel_requested) {
+    /* Running (the caller, or a task that resumed it): it unwinds when
+       control returns to it. Requested already: it ends when it runs. */
+    t->cancel_requested = true;
+    return 1;
+  }
+  luna__cancel(b, t);
+  return 1;
+}
+
 /* Cancels the group at idx (see the top of the file). Returns the number
    of tasks cancelled. Runs the members' to-be-closed variables. */
 static size_t cancel_group(lua_State *L, int idx) {
@@ -411,6 +429,22 @@ static size_t cancel_group(lua_State *L, int idx) {
       luna__remove_handle((luna__handle *)lua_touserdata(L, -1));
     }
     lua_pop(L, 2);
+  }
+  saved = luna__enter_exec(b, L);
+  if (ngroups == 1) {
+    /* One group: its members array is in creation order already (a task
+       joins when it is made), and a closed group's array never changes. */
+    size_t m;
+    lua_getiuservalue(L, idx, UV_MEMBERS);
+    tasks = lua_gettop(L);
+    for (m = 1; m <= g->nmembers; m++) {
+      luna__task *t;
+      lua_rawgeti(L, tasks, (lua_Integer)m);
+      t = luna__record(lua_tothread(L, -1));
+      lua_pop(L, 1);
+      cancelled += cancel_member(b, t, nested);
+    }
+    goto clocks;
   }
   /* The members of all of them, in creation order. */
   lua_newtable(L);
@@ -440,29 +474,12 @@ static size_t cancel_group(lua_State *L, int idx) {
     lua_pop(L, 1);
   }
   qsort(refs, (size_t)ntasks, sizeof *refs, by_id);
-  saved = luna__enter_exec(b, L);
   for (i = 0; i < ntasks; i++) {
-    luna__task *t;
     lua_rawgeti(L, tasks, refs[i].index);
-    t = luna__record(lua_tothread(L, -1));
+    cancelled += cancel_member(b, luna__record(lua_tothread(L, -1)), nested);
     lua_pop(L, 1);
-    if (t == NULL || LUNA__SETTLED(t))
-      continue;
-    if (nested) {
-      luna__cancel(b, t); /* queued behind the cancellation unwinding */
-      cancelled++;
-      continue;
-    }
-    if (t->state == LUNA__RUNNING || t->cancel_requested) {
-      /* Running (the caller, or a task that resumed it): it unwinds when
-         control returns to it. Requested already: it ends when it runs. */
-      t->cancel_requested = true;
-      cancelled++;
-      continue;
-    }
-    luna__cancel(b, t);
-    cancelled++;
   }
+clocks:
   /* What still waits on their clocks is no member of theirs. */
   for (i = ngroups; i >= 1; i--) {
     group *k;
