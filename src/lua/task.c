@@ -885,7 +885,11 @@ luna__task *luna__new_task_in(lua_State *L, luna__binding *b, int fn_idx, int na
   lua_xmove(L, co, nargs + 1);
   /* Group membership before the anchor and the record (it may raise). A
      state without groups pays one test. */
+#if defined(__GNUC__) || defined(__clang__)
+  if (__builtin_expect(b->ngroups > 0, 0) && group_idx >= 0)
+#else
   if (b->ngroups > 0 && group_idx >= 0)
+#endif
     joined = luna__group_join(L, b, group_idx);
   ref = luna__anchor(L, b);
   /* The record last: everything above may raise, and a raise after it
@@ -905,7 +909,8 @@ luna__task *luna__new_task_in(lua_State *L, luna__binding *b, int fn_idx, int na
   t->on.ready.nresume = nargs;
   t->id = ++b->next_id;
   t->created_frame = luna__loop_frame(b->loop);
-  t->grouped = joined;
+  if (joined) /* (memset cleared it) */
+    t->grouped = 1;
   b->ntasks++;
   if (b->creation_traceback)
     luna__note_creation(L);
