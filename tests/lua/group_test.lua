@@ -347,6 +347,63 @@ H.case("wait_awaits_all_members", function()
   H.eq({w.values[1], w.values[2]}, {true, "done"})
 end)
 
+-- Cancels from awkward places: a group's own callback (g:on, and g:every,
+-- whose firing is under way on the group's clock), and a member's cleanup
+-- that cancels another group while this one unwinds.
+H.case("cancel_from_its_own_callbacks_and_from_cleanup", function()
+  local g = task.group()
+  local log = {}
+  g:spawn(function() local c <close> = closer(log, "member"); g:delay(9) end)
+  local n = 0
+  local h = g:on(function() n = n + 1; g:cancel(); log[#log + 1] = "after cancel" end)
+  H.frames(2)
+  H.eq({log, n, h:active(), g:cancelled()}, {{"member", "after cancel"}, 1, false, true})
+
+  local e = task.group()
+  local calls = 0
+  e:every(0.1, function() calls = calls + 1; e:cancel() end)
+  e:every(0.1, function() calls = calls + 1 end)  -- due in the same firing: removed first
+  e:spawn(function() e:delay(0.1); log[#log + 1] = "never" end)
+  H.frames(3, 0.1)
+  H.eq({calls, e:cancelled()}, {1, true})
+
+  local a, other = task.group(), task.group()
+  local order = {}
+  a:spawn(function()
+    local c <close> = setmetatable({}, {__close = function() order[#order + 1] = "a"; other:cancel() end})
+    a:delay(9)
+  end)
+  other:spawn(function() local c <close> = closer(order, "other"); other:delay(9) end)
+  a:spawn(function() local c <close> = closer(order, "a2"); a:delay(9) end)
+  a:cancel()
+  -- a cancellation asked for during another one's cleanup runs when that
+  -- one has unwound (as t:cancel() in a __close handler): before a2
+  H.eq({order, other:cancelled()}, {{"a", "other", "a2"}, true})
+  H.eq(log[3], nil)
+end)
+
+-- A group nobody holds, with nothing waiting on its clock, is collected.
+H.case("an_unreferenced_group_is_collected", function()
+  local weak = setmetatable({}, {__mode = "v"})
+  do
+    local g = task.group{name = "gone"}
+    g:spawn(function() g:delay(0.1) end)
+    weak[1] = g
+  end
+  H.frames(2, 0.1)
+  collectgarbage(); collectgarbage()
+  H.eq(weak[1], nil)
+  -- while a member waits on it, it stays
+  do
+    local g = task.group{name = "kept"}
+    g:spawn(function() g:delay(1) end)
+    weak[2] = g
+  end
+  collectgarbage(); collectgarbage()
+  H.truthy(weak[2] ~= nil, "kept alive by its waiting member")
+  weak[2]:cancel()
+end)
+
 -- ---- hostile arguments --------------------------------------------------------
 
 H.case("hostile_arguments_raise_clear_errors_at_the_call", function()
