@@ -103,7 +103,8 @@ LUNA_API size_t luna_lua_cancel_all(lua_State *L);
    on the loop), and every live task of L waits on another task, a
    combinator or a channel operation, or on a Promise that nobody but Lua
    holds (one that the host or a worker holds may still be completed: that
-   is progress). Call it between frames, on the loop thread.
+   is progress), or on the clock of a paused or stopped group that the
+   host does not hold (luna_lua_group_new). Call it between frames, on the loop thread.
    Allocates nothing in L and never raises; false for a NULL L or one
    without a binding. */
 LUNA_API bool luna_lua_stuck(lua_State *L);

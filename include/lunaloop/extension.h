@@ -267,6 +267,9 @@ int luna__gclock_add_timer(luna__gclock *c, luna_timing timing, luna_timer_kind 
                            int64_t deadline, luna_fn fn, void *arg, luna_timer_id *out);
 int luna__gclock_cancel(luna__gclock *c, luna_timer_id id);
 size_t luna__gclock_count(const luna__gclock *c);
+/* An opaque pointer of the layer above (the binding: the clock's group). */
+void luna__gclock_set_owner(luna__gclock *c, void *owner);
+void *luna__gclock_owner(const luna__gclock *c);
 /* Removes every timer of c and then calls each(ud, fn, arg) for each, in
    creation order (the binding wakes the tasks that waited on them).
    Returns how many. */

@@ -76,6 +76,7 @@ struct luna__gclock {
   size_t live;
   uint32_t *due;        /* scratch for a firing: room for every slot */
   size_t due_cap;
+  void *owner;          /* the layer above's (luna__gclock_owner) */
 };
 
 /* ---- the clock ------------------------------------------------------------ */
@@ -101,6 +102,8 @@ bool luna__gclock_paused(const luna__gclock *c) { return c->epaused; }
 double luna__gclock_scale(const luna__gclock *c) { return c->scale; }
 bool luna__gclock_own_paused(const luna__gclock *c) { return c->paused; }
 size_t luna__gclock_count(const luna__gclock *c) { return c->live; }
+void luna__gclock_set_owner(luna__gclock *c, void *owner) { c->owner = owner; }
+void *luna__gclock_owner(const luna__gclock *c) { return c->owner; }
 
 static void reanchor(luna__gclock *c) {
   c->t0 = luna__gclock_time(c);

@@ -596,6 +596,11 @@ void luna__groups_detach(luna__binding *b, bool loop_alive);
 /* The loop is being reset (its timers go): every group's clock drops its
    timers, letting go of the deferred starts they held. */
 void luna__groups_reset(luna__binding *b);
+/* For luna_lua_stuck, when the loop holds nothing that runs by itself: t
+   waits on a group's clock (W_GROUP), which then moves only if code
+   resumes the group or changes its scale. True unless the host holds the
+   group (luna_lua_group_new), which may still do that. */
+bool luna__group_wait_stuck(const luna__task *t);
 void luna__open_groups(lua_State *L, luna__binding *b);
 
 #endif

@@ -242,6 +242,7 @@ static group *new_group(lua_State *L, luna__binding *b, int parent_idx, int name
     LUNA__PUSH_MEMERR(L);
     lua_error(L);
   }
+  luna__gclock_set_owner(g->clock, g);
   g->parent = parent;
   g->closed = false;
   b->ngroups++;
@@ -873,6 +874,11 @@ static int l_index(lua_State *L) {
   lua_pushvalue(L, 2);
   lua_rawget(L, -2);
   return 1;
+}
+
+bool luna__group_wait_stuck(const luna__task *t) {
+  const group *g = (const group *)luna__gclock_owner((luna__gclock *)t->on.gtimer.clock);
+  return g == NULL || g->host_ref == LUA_NOREF;
 }
 
 void luna__groups_reset(luna__binding *b) {

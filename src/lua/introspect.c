@@ -116,6 +116,8 @@ static bool waits_on_tasks(lua_State *L, const luna__task *t) {
     return false;
   if (t->wait == LUNA__W_TASK)
     return true;
+  if (t->wait == LUNA__W_GROUP) /* a paused or stopped group's clock */
+    return luna__group_wait_stuck(t);
   if (t->wait != LUNA__W_EXTERNAL)
     return false;
   stuck = !push_external(L, t) || !luna__promise_may_settle(L, -1);

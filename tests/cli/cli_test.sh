@@ -433,13 +433,16 @@ case_stuck_in_composition_names_the_call() {
   ll run --fast "$S/stuck_shapes.lua" send
   expect_status 3
   expect_err "^  task main \(#1\) waits on channel:send at .*stuck_shapes\.lua:22$"
+  ll run --fast "$S/stuck_shapes.lua" paused_group
+  expect_status 3
+  expect_err "^  task main \(#1\) waits on a group's clock \(Update\) at .*stuck_shapes\.lua:26$"
 }
 
 # Waits that something other than a task can end (a delay, a predicate, a
 # callback, a frame wait) are progress: such runs end by themselves.
 case_runs_that_can_still_progress_are_not_stuck() {
   local shape
-  for shape in delay predicate on every frames; do
+  for shape in delay predicate on every frames group; do
     ll run --fast "$S/not_stuck.lua" "$shape"
     expect_status 0
     expect_out "^by .*${T}true$"

@@ -20,4 +20,8 @@ elseif shape == "send" then
   local full = task.channel(1)
   full:send(1)
   full:send(2)
+elseif shape == "paused_group" then
+  -- nothing is left that could resume the group
+  local g = task.group{paused = true}
+  g:delay(1)
 end
