@@ -892,8 +892,15 @@ void luna__groups_reset(luna__binding *b) {
 }
 
 void luna__groups_detach(luna__binding *b, bool loop_alive) {
+  clear_ctx c;
+  c.b = b;
+  c.L = b->L;
   while (b->groups != NULL) {
     group *g = b->groups;
+    /* The deferred starts its clock holds let go of their tasks' records
+       (the tasks were settled by the cancellation before this). */
+    if (loop_alive && g->clock != NULL)
+      (void)luna__gclock_clear(g->clock, clear_one, &c);
     close_clock(g, loop_alive);
   }
 }
