@@ -111,6 +111,19 @@ H.case("frame_waits_and_yields_count_frames_only_while_running", function()
   g:cancel()
 end)
 
+-- A group's waits are timers of its clock: in a run they resume after the
+-- tasks task.yield queued for it, in creation order among themselves.
+H.case("group_yields_resume_after_plain_yields_in_creation_order", function()
+  local g = task.group()
+  local log = {}
+  g:spawn(function() g:yield(); log[#log + 1] = "group 1" end)
+  task.spawn(function() task.yield(); log[#log + 1] = "plain" end)
+  g:spawn(function() g:yield(); log[#log + 1] = "group 2" end)
+  H.frames(1)
+  H.eq(log, {"plain", "group 1", "group 2"})
+  g:cancel()
+end)
+
 -- A deferred start waits for a run at which the group is not paused.
 H.case("defer_into_a_paused_group_starts_after_resume", function()
   local g = task.group{paused = true}
