@@ -294,7 +294,9 @@ static void proxy_cb(luna_loop *loop, void *arg) {
     gtimer *t = &c->slots[s];
     luna_fn fn = t->fn;
     void *targ = t->arg;
-    if (loop->stop) { /* luna_loop_stop: the rest wait for the next run */
+    if (loop->stop || !running(c)) {
+      /* luna_loop_stop, or a callback paused the clock: the rest wait (for
+         the next run, or for the resume) */
       size_t k;
       for (k = i; k < nd; k++) {
         gtimer *r = &c->slots[c->due[k]];

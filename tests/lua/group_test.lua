@@ -124,6 +124,22 @@ H.case("group_yields_resume_after_plain_yields_in_creation_order", function()
   g:cancel()
 end)
 
+-- A member that pauses its group as it wakes stops the others due in the
+-- same run: they wake after the resume.
+H.case("a_pause_from_a_waking_member_stops_the_rest_of_the_run", function()
+  local g = task.group()
+  local f0, log = task.frame(), {}
+  g:spawn(function() g:delay(0.1); log[#log + 1] = {"first", task.frame() - f0}; g:pause() end)
+  g:spawn(function() g:delay(0.1); log[#log + 1] = {"second", task.frame() - f0} end)
+  g:spawn(function() g:delay(0.1); log[#log + 1] = {"third", task.frame() - f0} end)
+  H.frames(3, 0.1)
+  H.eq(log, {{"first", 1}})
+  g:resume()
+  H.frames(1, 0.1)
+  H.eq(log, {{"first", 1}, {"second", 4}, {"third", 4}})
+  g:cancel()
+end)
+
 -- A deferred start waits for a run at which the group is not paused.
 H.case("defer_into_a_paused_group_starts_after_resume", function()
   local g = task.group{paused = true}
