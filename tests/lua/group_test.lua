@@ -479,7 +479,8 @@ end)
 -- ---- property: random programs ------------------------------------------------
 
 -- Random programs of spawn, pause, resume, scale and cancel over a tree of
--- groups, checked against the rules: a member sleeping on its group's clock
+-- groups (members pausing groups as they wake, too), checked against the
+-- rules: a member sleeping on its group's clock
 -- wakes at the first frame at which that clock reached its deadline (never
 -- while it is paused); clocks never run backwards and stand still while
 -- paused; after a cancel no member of the group or its descendants is
@@ -522,6 +523,9 @@ H.case("random_programs_keep_the_group_rules", function()
               local target, armed = ns(g:time()) + ns(d), task.frame()
               g:delay(d)
               wakes[#wakes + 1] = {g, target, task.frame(), armed, g:paused()}
+              -- now and then a waking member pauses a group in mid-run
+              local victim = groups[math.random(#groups)]
+              if math.random(8) == 1 and not victim:cancelled() then victim:pause() end
             end
           end)
         elseif op <= 6 then
