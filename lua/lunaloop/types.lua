@@ -60,7 +60,7 @@ function Task:handled() end
 ---@field timing lunaloop.Timing?
 ---@field deadline number? seconds on its clock, or a frame number
 ---@field clock ("frame"|lunaloop.Clock)?
----@field waits_on (lunaloop.Task|lunaloop.Promise|string)? the Task awaited, or in an external wait the Promise or the call's name ("task.when_all", "channel:receive", ...)
+---@field waits_on (lunaloop.Task|lunaloop.Promise|lunaloop.Group|string)? the Task awaited, or in an external wait the Promise or the call's name ("task.when_all", "channel:receive", ...), or the Group whose clock it waits on
 ---@field where string? "source:line" of the await the task is suspended in, in its own code
 ---@field created_frame integer
 ---@field age integer frames since creation

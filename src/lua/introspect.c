@@ -330,6 +330,14 @@ int luna__l_info(lua_State *L) {
   } else if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_EXTERNAL) {
     push_external(L, t);
     lua_setfield(L, -2, "waits_on");
+  } else if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_GROUP) {
+    /* the Group, which its await keeps as its first value (group.c) */
+    lua_Debug ar;
+    if (lua_getstack(t->co, 0, &ar) && lua_checkstack(t->co, 1) &&
+        lua_getlocal(t->co, &ar, 1) != NULL) {
+      lua_xmove(t->co, L, 1);
+      lua_setfield(L, -2, "waits_on");
+    }
   }
   {
     lua_Debug ar;

@@ -140,6 +140,15 @@ H.case("a_pause_from_a_waking_member_stops_the_rest_of_the_run", function()
   g:cancel()
 end)
 
+-- Introspection: a task waiting on a group's clock says so.
+H.case("info_of_a_task_waiting_on_a_group", function()
+  local g = task.group{name = "g"}
+  local t = g:spawn(function() g:delay(1, "PreLateUpdate") end)
+  local i = t:info()
+  H.eq({i.wait, i.timing, i.waits_on == g}, {"group timer", "PreLateUpdate", true})
+  g:cancel()
+end)
+
 -- A deferred start waits for a run at which the group is not paused.
 H.case("defer_into_a_paused_group_starts_after_resume", function()
   local g = task.group{paused = true}
