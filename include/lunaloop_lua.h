@@ -328,9 +328,10 @@ LUNA_API int luna_lua_gc_loop_stats(luna_loop *loop, luna_lua_gc_stats *out);
    (luna_lua_group_spawn), pause or slow it, and cancel it from the
    object's destroy path. The handle stays valid until
    luna_lua_group_release, cancelled or not; every function refuses a
-   group of another state (LUNA_EINVAL). Loop thread only; not from
-   inside a task.on callback of the same group's members being cancelled
-   (cancel from a task or between frames is fine). */
+   group of another state (LUNA_EINVAL). Loop thread only: between
+   frames, or from a C function that a task or callback calls (a member
+   that cancels its own group this way is cancelled too and unwinds at
+   its next await). */
 typedef struct luna_lua_group luna_lua_group;
 
 /* Creates a group (time scale 1, not paused) named `name` (may be NULL)
