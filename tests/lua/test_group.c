@@ -144,11 +144,56 @@ static void loop_freed_or_reset_under_groups(void **state) {
   lua_close(L);
 }
 
+/* A member calls into the host, which destroys the member's own object:
+   the other members are cancelled in the call, the caller unwinds at its
+   next await (its cleanup runs then). */
+static luna_lua_group *self_group;
+static int l_destroy(lua_State *L) {
+  size_t n = 0;
+  assert_int_equal(luna_lua_group_cancel(L, self_group, &n), 0);
+  lua_pushinteger(L, (lua_Integer)n);
+  return 1;
+}
+
+static void a_member_destroying_its_own_object_from_c(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_task_state(loop);
+  lua_register(L, "destroy", l_destroy);
+  self_group = luna_lua_group_new(L, "self", NULL);
+  assert_non_null(self_group);
+  assert_int_equal(luna_lua_group_push(L, self_group), 0);
+  lua_setglobal(L, "g");
+  run(L, "log = {}\n"
+         "g:spawn(function()\n"
+         "  local c <close> = setmetatable({}, {__close = function() log[#log + 1] = 'other' end})\n"
+         "  g:delay(9)\n"
+         "end)\n"
+         "boss = g:spawn(function()\n"
+         "  local c <close> = setmetatable({}, {__close = function() log[#log + 1] = 'boss' end})\n"
+         "  g:delay(0.1)\n"
+         "  local n = destroy()\n"
+         "  log[#log + 1] = 'destroy returned ' .. n\n"
+         "  task.yield()\n"
+         "  log[#log + 1] = 'never'\n"
+         "end)\n");
+  assert_int_equal(luna_loop_frame(loop, 0.1), 0);
+  run(L, "assert(table.concat(log, ',') == 'other,destroy returned 2,boss', table.concat(log, ','))\n"
+         "assert(boss:status() == 'cancelled')");
+  assert_int_equal(luna_lua_task_count(L), 0);
+  luna_lua_group_release(L, self_group);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_host_owned_group_from_creation_to_destroy),
       cmocka_unit_test(a_group_of_another_state_is_refused),
       cmocka_unit_test(loop_freed_or_reset_under_groups),
+      cmocka_unit_test(a_member_destroying_its_own_object_from_c),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
