@@ -46,6 +46,8 @@ struct luna_lua_group {
   struct luna_lua_group *prev, *next; /* b->groups, while it has a clock */
   size_t nmembers;      /* the members array's length */
   size_t prune_at;      /* prune settled members when nmembers reaches it */
+  size_t settled_below; /* members[1, settled_below] are known settled
+                           (g:wait's scan starts after them) */
   int host_ref;         /* the host's reference (luna_lua_group_new) */
   bool closed;
   bool linked;          /* on b->groups */
@@ -131,6 +133,7 @@ static void prune(lua_State *L, group *g, int idx) {
   }
   lua_pop(L, 1);
   g->nmembers = w;
+  g->settled_below = 0;
   g->prune_at = w * 2 > 64 ? w * 2 : 64;
 }
 
@@ -775,17 +778,25 @@ static int l_count(lua_State *L) {
 static bool push_first_live(lua_State *L, int idx, luna__task *self) {
   group *g = (group *)lua_touserdata(L, idx);
   size_t m;
+  bool below = true; /* everything before m is settled so far */
   idx = lua_absindex(L, idx);
   lua_getiuservalue(L, idx, UV_MEMBERS);
-  for (m = 1; m <= g->nmembers; m++) {
+  /* A settled member never lives again: each scan starts after those the
+     last one passed, so g:wait over N members costs O(N) in all. */
+  for (m = g->settled_below + 1; m <= g->nmembers; m++) {
     lua_State *co;
     luna__task *t;
     lua_rawgeti(L, -1, (lua_Integer)m);
     co = lua_tothread(L, -1);
     t = co != NULL ? luna__record(co) : NULL;
-    if (t != NULL && !LUNA__SETTLED(t) && t != self) {
-      lua_remove(L, -2);
-      return true;
+    if (t != NULL && !LUNA__SETTLED(t)) {
+      if (t != self) {
+        lua_remove(L, -2);
+        return true;
+      }
+      below = false;
+    } else if (below) {
+      g->settled_below = m;
     }
     lua_pop(L, 1);
   }
