@@ -37,6 +37,11 @@
 
 #define GROUP_MT "lunaloop.Group"
 
+/* How deep groups nest: every walk over a group's descendants (cancel,
+   count, wait; the clock's re-anchoring in the core) recurses once a
+   level, so a script cannot nest them without bound. */
+#define GROUP_DEPTH_MAX 100
+
 enum { UV_MEMBERS = 1, UV_CHILDREN, UV_PARENT, UV_NAME, UV_HANDLES, UV_COUNT = UV_HANDLES };
 
 struct luna_lua_group {
@@ -49,6 +54,7 @@ struct luna_lua_group {
   size_t settled_below; /* members[1, settled_below] are known settled
                            (g:wait's scan starts after them) */
   int host_ref;         /* the host's reference (luna_lua_group_new) */
+  int depth;            /* 0 for a group without a parent */
   bool closed;
   bool linked;          /* on b->groups */
 };
@@ -210,6 +216,8 @@ static group *new_group(lua_State *L, luna__binding *b, int parent_idx, int name
     parent = check_group(L, parent_idx);
     if (parent->closed || parent->clock == NULL)
       luaL_error(L, "task.group: the parent group is cancelled");
+    if (parent->depth + 1 >= GROUP_DEPTH_MAX)
+      luaL_error(L, "task.group: groups nest at most %d deep", GROUP_DEPTH_MAX);
   }
   if (name_idx != 0)
     name_idx = lua_absindex(L, name_idx);
@@ -247,6 +255,7 @@ static group *new_group(lua_State *L, luna__binding *b, int parent_idx, int name
   }
   luna__gclock_set_owner(g->clock, g);
   g->parent = parent;
+  g->depth = parent != NULL ? parent->depth + 1 : 0;
   g->closed = false;
   b->ngroups++;
   g->next = b->groups;
@@ -350,6 +359,7 @@ static int by_id(const void *x, const void *y) {
 static void collect_groups(lua_State *L, int idx, int list, int *n) {
   group *g = (group *)lua_touserdata(L, idx);
   idx = lua_absindex(L, idx);
+  luaL_checkstack(L, 4, "lunaloop: nested groups");
   if (g->closed)
     return;
   g->closed = true; /* refuse new work from now on */
@@ -747,6 +757,7 @@ static size_t count_live(lua_State *L, int idx) {
   group *g = (group *)lua_touserdata(L, idx);
   size_t m, n = 0;
   idx = lua_absindex(L, idx);
+  luaL_checkstack(L, 4, "lunaloop: nested groups");
   lua_getiuservalue(L, idx, UV_MEMBERS);
   for (m = 1; m <= g->nmembers; m++) {
     lua_State *co;
@@ -780,6 +791,7 @@ static bool push_first_live(lua_State *L, int idx, luna__task *self) {
   size_t m;
   bool below = true; /* everything before m is settled so far */
   idx = lua_absindex(L, idx);
+  luaL_checkstack(L, 4, "lunaloop: nested groups");
   lua_getiuservalue(L, idx, UV_MEMBERS);
   /* A settled member never lives again: each scan starts after those the
      last one passed, so g:wait over N members costs O(N) in all. */

@@ -474,6 +474,17 @@ H.case("hostile_arguments_raise_clear_errors_at_the_call", function()
   H.has(out.values[2], "expected a non-negative frame count")
   H.raises(function() g:every(0, print) end, "expected a finite interval")
   H.raises(function() g:every(1, print, {clock = "unscaled"}) end, "unknown option 'clock'")
+  -- nesting is bounded (every walk over descendants recurses a level)
+  local deep, chain = task.group(), {}
+  chain[1] = deep
+  for i = 2, 100 do chain[i] = task.group{parent = chain[i - 1]} end
+  H.raises(function() task.group{parent = chain[100]} end, "groups nest at most 100 deep")
+  chain[100]:spawn(function() chain[100]:delay(1) end)
+  H.eq({deep:count(), chain[100]:effective_scale()}, {1, 1})
+  deep:pause()
+  H.truthy(chain[100]:paused(), "pause reaches the deepest")
+  H.eq(deep:cancel(), 1)
+  H.truthy(chain[100]:cancelled(), "cancel reaches the deepest")
   -- awaiting from a group callback is refused like any callback's
   local reports, restore = H.capture_errors()
   local h = g:on(function() g:delay(1) end)
