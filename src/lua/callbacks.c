@@ -122,7 +122,7 @@ static bool group_callback_step(luna_loop *loop, void *arg) {
   luna__handle *h = (luna__handle *)arg;
   lua_State *L = luna__exec_state(h->b);
   luna_ns dt = luna__loop_dt(loop);
-  if (!luna__gclock_paused(h->clock) && !luna__held(h->b))
+  if (h->clock != NULL && !luna__gclock_paused(h->clock) && !luna__held(h->b))
     call_handle(h->b, h, L, lua_gettop(L),
                 (lua_Number)dt / 1e9 * luna__gclock_effective_scale(h->clock), 0);
   return h->active;

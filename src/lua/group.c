@@ -878,10 +878,48 @@ static int l_tostring(lua_State *L) {
   return 1;
 }
 
+void luna__every_cb(luna_loop *loop, void *arg);
+
+/* A timer left on the clock of a group being finalized while it is still
+   in use, which happens only when the state closes (lua_close finalizes
+   everything, the groups before the binding, which then abandons the
+   tasks): nothing may point at the clock once it is freed. */
+static void orphan_one(void *ud, luna_fn fn, void *arg) {
+  (void)ud;
+  if (fn == luna__group_timer_cb) {
+    luna__task *t = (luna__task *)arg;
+    if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_GROUP)
+      t->wait = LUNA__W_NONE; /* abandoned with the state, never woken */
+  } else if (fn == luna__start_cb) {
+    luna__drop_continuation((luna__task *)arg);
+  } else if (fn == luna__every_cb) {
+    luna__handle *h = (luna__handle *)arg;
+    h->clock = NULL;
+    h->timer.id = 0;
+  }
+}
+
 static int l_gc(lua_State *L) {
   group *g = (group *)lua_touserdata(L, 1);
   if (g->b == NULL || !g->linked)
     return 0;
+  /* Its handles forget the clock (g:on's read it at each call, and
+     removing a g:every cancels its timer there). */
+  if (lua_getiuservalue(L, 1, UV_HANDLES) == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2) != 0) {
+      luna__handle *h = (luna__handle *)lua_touserdata(L, -2);
+      lua_pop(L, 1);
+      if (h != NULL && h->clock != NULL) {
+        h->clock = NULL;
+        if (h->active)
+          h->timer.id = 0; /* an every's timer goes with the clock */
+      }
+    }
+  }
+  lua_pop(L, 1);
+  if (g->clock != NULL && luna__gclock_count(g->clock) > 0)
+    (void)luna__gclock_clear(g->clock, orphan_one, NULL);
   close_clock(g, g->b->loop != NULL);
   return 0;
 }

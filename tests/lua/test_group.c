@@ -188,12 +188,46 @@ static void a_member_destroying_its_own_object_from_c(void **state) {
   luna_loop_free(loop);
 }
 
+/* lua_close with members still waiting on their groups' clocks, deferred
+   starts and callbacks of groups, and a group the host still holds: every
+   task is cancelled before any group's memory goes (ASan checks it). */
+static void closing_the_state_with_groups_in_use(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  luna_lua_group *held;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_task_state(loop);
+  held = luna_lua_group_new(L, "held", NULL);
+  assert_non_null(held);
+  assert_int_equal(luna_lua_group_push(L, held), 0);
+  lua_setglobal(L, "held");
+  run(L, "closed = 0\n"
+         "local outer = task.group()\n"
+         "local inner = task.group{parent = outer}\n"
+         "for _, g in ipairs{outer, inner, held} do\n"
+         "  g:spawn(function()\n"
+         "    local c <close> = setmetatable({}, {__close = function() closed = closed + 1 end})\n"
+         "    g:delay(100)\n"
+         "  end)\n"
+         "  g:defer(function() g:delay(100) end)\n"
+         "  g:every(1, function() end)\n"
+         "  g:on(function() end)\n"
+         "  task.ungrouped(function() g:delay(100) end)\n"
+         "end\n"
+         "outer, inner = nil, nil\n");
+  assert_int_equal(luna_loop_frame(loop, 0.1), 0);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_host_owned_group_from_creation_to_destroy),
       cmocka_unit_test(a_group_of_another_state_is_refused),
       cmocka_unit_test(loop_freed_or_reset_under_groups),
       cmocka_unit_test(a_member_destroying_its_own_object_from_c),
+      cmocka_unit_test(closing_the_state_with_groups_in_use),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
