@@ -366,7 +366,8 @@ LUNA_API int luna_lua_group_cancel(lua_State *L, luna_lua_group *g, size_t *canc
 /* True once g is cancelled (or when g is not L's). */
 LUNA_API bool luna_lua_group_cancelled(lua_State *L, const luna_lua_group *g);
 /* Drops the host's reference: the group lives on while scripts or its
-   members hold it, and is not cancelled by this. g is invalid after. */
+   members hold it, and is not cancelled by this. g is invalid after, as
+   it is once L is closed (release it before lua_close). */
 LUNA_API void luna_lua_group_release(lua_State *L, luna_lua_group *g);
 
 LUNA_END_DECLS

@@ -13,7 +13,8 @@
 **   2 children: a weak-keyed set of its child groups;
 **   3 its parent group, or nil (a child keeps its parent alive);
 **   4 its name, or nil;
-**   5 handles: a set of its g:on / g:every handles (removed at cancel).
+**   5 handles: a weak-keyed set of its g:on / g:every handles (removed at
+**     cancel; removed ones go with the collector).
 ** Which group a task is in: a weak-keyed side table thread -> group
 ** (ephemeron: a member keeps its group alive), and one bit in the task's
 ** record (grouped), so a task outside every group pays one test on spawn
@@ -232,7 +233,7 @@ static group *new_group(lua_State *L, luna__binding *b, int parent_idx, int name
   lua_setiuservalue(L, -2, UV_MEMBERS);
   luna__new_weak_table(L, "k");
   lua_setiuservalue(L, -2, UV_CHILDREN);
-  lua_newtable(L);
+  luna__new_weak_table(L, "k"); /* a registered handle is held by the registry */
   lua_setiuservalue(L, -2, UV_HANDLES);
   if (name_idx != 0) {
     lua_pushvalue(L, name_idx);
@@ -705,28 +706,26 @@ static int l_frame(lua_State *L) {
 }
 
 /* g:on(...), g:every(...): task.on and task.every as callbacks of g. */
-static int l_on(lua_State *L) {
-  group *g = check_open(L, 1, "g:on");
-  luna__handle *h;
-  luna__group_on(L, g->b, g->clock);
-  h = (luna__handle *)lua_touserdata(L, -1);
+/* Notes the Handle on top of L among the group's (at 1) handles. */
+static void note_handle(lua_State *L) {
   lua_getiuservalue(L, 1, UV_HANDLES);
   lua_pushvalue(L, -2);
   lua_pushboolean(L, 1);
   lua_rawset(L, -3);
   lua_pop(L, 1);
-  (void)h;
+}
+
+static int l_on(lua_State *L) {
+  group *g = check_open(L, 1, "g:on");
+  luna__group_on(L, g->b, g->clock);
+  note_handle(L);
   return 1;
 }
 
 static int l_every(lua_State *L) {
   group *g = check_open(L, 1, "g:every");
   luna__group_every(L, g->b, g->clock);
-  lua_getiuservalue(L, 1, UV_HANDLES);
-  lua_pushvalue(L, -2);
-  lua_pushboolean(L, 1);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
+  note_handle(L);
   return 1;
 }
 

@@ -420,6 +420,22 @@ H.case("cancel_from_its_own_callbacks_and_from_cleanup", function()
   H.eq(log[3], nil)
 end)
 
+-- Removed handles do not pile up in a long-lived group.
+H.case("removed_handles_of_a_group_are_collected", function()
+  local g = task.group()
+  local weak = setmetatable({}, {__mode = "v"})
+  for i = 1, 100 do
+    local h = g:every(1, function() end)
+    h:remove()
+    weak[i] = h
+  end
+  local kept = g:on(function() end)
+  collectgarbage(); collectgarbage()
+  H.eq(next(weak), nil)
+  g:cancel()
+  H.eq(kept:active(), false)
+end)
+
 -- A group nobody holds, with nothing waiting on its clock, is collected.
 H.case("an_unreferenced_group_is_collected", function()
   local weak = setmetatable({}, {__mode = "v"})
