@@ -356,15 +356,13 @@ static int by_id(const void *x, const void *y) {
 }
 
 /* Appends the group at idx and its open descendants to the array at list
-   (depth first, parents before children), closing them for new work. */
+   (depth first, parents before children). */
 static void collect_groups(lua_State *L, int idx, int list, int *n) {
   group *g = (group *)lua_touserdata(L, idx);
   idx = lua_absindex(L, idx);
   luaL_checkstack(L, 4, "lunaloop: nested groups");
   if (g->closed)
     return;
-  g->closed = true; /* refuse new work from now on */
-  g->b->ngroups--;
   lua_pushvalue(L, idx);
   lua_rawseti(L, list, ++*n);
   lua_getiuservalue(L, idx, UV_CHILDREN);
@@ -397,6 +395,27 @@ static void clear_one(void *ud, luna_fn fn, void *arg) {
     }
   } else if (fn == luna__start_cb) {
     luna__drop_continuation(t);
+  }
+}
+
+/* Closes the ngroups groups of the array at list for new work and removes
+   their callbacks (none runs while the members unwind). Raises nothing:
+   everything that allocates is done before it. */
+static void close_groups(lua_State *L, int list, int ngroups) {
+  int i;
+  for (i = 1; i <= ngroups; i++) {
+    group *k;
+    lua_rawgeti(L, list, i);
+    k = (group *)lua_touserdata(L, -1);
+    k->closed = true; /* refuse new work from now on */
+    k->b->ngroups--;
+    lua_getiuservalue(L, -1, UV_HANDLES);
+    lua_pushnil(L);
+    while (lua_next(L, -2) != 0) {
+      lua_pop(L, 1);
+      luna__remove_handle((luna__handle *)lua_touserdata(L, -1));
+    }
+    lua_pop(L, 2);
   }
 }
 
@@ -434,30 +453,21 @@ static size_t cancel_group(lua_State *L, int idx) {
   lua_newtable(L);
   list = lua_gettop(L);
   collect_groups(L, idx, list, &ngroups);
-  /* Callbacks first: none of them runs while the members unwind. */
-  for (i = 1; i <= ngroups; i++) {
-    lua_rawgeti(L, list, i);
-    lua_getiuservalue(L, -1, UV_HANDLES);
-    lua_pushnil(L);
-    while (lua_next(L, -2) != 0) {
-      lua_pop(L, 1);
-      luna__remove_handle((luna__handle *)lua_touserdata(L, -1));
-    }
-    lua_pop(L, 2);
-  }
-  saved = luna__enter_exec(b, L);
   if (ngroups == 1) {
     /* One group: its members array is in creation order already (a task
        joins when it is made), and a closed group's array never changes. */
     size_t m;
     lua_getiuservalue(L, idx, UV_MEMBERS);
     tasks = lua_gettop(L);
+    close_groups(L, list, ngroups);
+    saved = luna__enter_exec(b, L); /* nothing raises from here on */
     for (m = 1; m <= g->nmembers; m++) {
-      luna__task *t;
+      lua_State *co;
       lua_rawgeti(L, tasks, (lua_Integer)m);
-      t = luna__record(lua_tothread(L, -1));
+      co = lua_tothread(L, -1);
       lua_pop(L, 1);
-      cancelled += cancel_member(b, t, nested);
+      if (co != NULL)
+        cancelled += cancel_member(b, luna__record(co), nested);
     }
     goto clocks;
   }
@@ -489,6 +499,8 @@ static size_t cancel_group(lua_State *L, int idx) {
     lua_pop(L, 1);
   }
   qsort(refs, (size_t)ntasks, sizeof *refs, by_id);
+  close_groups(L, list, ngroups);
+  saved = luna__enter_exec(b, L); /* nothing raises from here on */
   for (i = 0; i < ntasks; i++) {
     lua_rawgeti(L, tasks, refs[i].index);
     cancelled += cancel_member(b, luna__record(lua_tothread(L, -1)), nested);
