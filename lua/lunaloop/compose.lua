@@ -15,7 +15,7 @@ local M, I, P = ...
 local spawn, await, current = M.spawn, M.await, M.current
 local delay, is_cancelled = M.delay, M.is_cancelled
 local wake, new_task, start, is_task = I.wake, I.new_task, I.start, I.is_task
-local is_promise, await_promise = I.is_promise, I.await_promise
+local is_promise, await_promise, is_signal = I.is_promise, I.await_promise, I.is_signal
 local pack, unpack, select, type, error, pcall = table.pack, table.unpack, select, type, error, pcall
 local ipairs, huge = ipairs, math.huge
 local awaits = I.awaits
@@ -58,8 +58,8 @@ local function collect(kind, ...)
   local tasks, children = {...}, {}
   for i = 1, n do
     local x = tasks[i]
-    if type(x) ~= "function" and not is_task(x) and not is_promise(x) then
-      argerror(fname, i, "expected a Task, a Promise or a function, got " .. type(x), 3)
+    if type(x) ~= "function" and not is_task(x) and not is_promise(x) and not is_signal(x) then
+      argerror(fname, i, "expected a Task, a Promise, a Signal or a function, got " .. type(x), 3)
     end
   end
   if kind.needs_one and n == 0 then
@@ -98,8 +98,8 @@ local function collect_timeout(kind, seconds, fn, ...)
   local fname = kind.name
   check_seconds(fname, 1, seconds)
   local own = type(fn) == "function"
-  if not own and not is_task(fn) and not is_promise(fn) then
-    argerror(fname, 2, "expected a function, a Task or a Promise, got " .. type(fn), 3)
+  if not own and not is_task(fn) and not is_promise(fn) and not is_signal(fn) then
+    argerror(fname, 2, "expected a function, a Task, a Promise or a Signal, got " .. type(fn), 3)
   end
   I.check_await(kind.what, 3)
   local me = current()
@@ -109,7 +109,8 @@ local function collect_timeout(kind, seconds, fn, ...)
   return {child}, begin(me, {own and child or nil}, {}), 1, seconds
 end
 
--- Awaits an input: a Task, or a Promise without giving it up if cancelled.
+-- Awaits an input: a Task, a Signal (its next fire: task.await), or a
+-- Promise without giving it up if cancelled.
 local function await_input(x)
   if is_promise(x) then return await_promise(x) end
   return await(x)

@@ -177,6 +177,12 @@ luna__task *luna__check_await_in(lua_State *L, luna__binding *b, const char *wha
 
 luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *what, int level) {
   luna__task *t = b->current;
+  /* First: a signal's handler runs on the firing thread, which may be the
+     current task's own. */
+  if (b->calling.L == L && b->calling.what == LUNA__CALLING_SIGNAL)
+    await_error(L, level, what, "called from a signal handler, which cannot await (start a "
+                                "task from it with task.spawn, or wait for the signal in a "
+                                "task with s:wait())");
   if (t == NULL || t->co != L) {
     int is_main = lua_pushthread(L);
     lua_pop(L, 1);
@@ -434,10 +440,12 @@ int luna__l_await(lua_State *L) {
   luna__task *target, *t;
   if (co == NULL && luna__is_promise(L, 1)) /* a host's promise: promise.c */
     return luna__await_promise(L, 1, true);
+  if (co == NULL && luna__is_signal(L, 1)) /* the next fire: signal.c */
+    return luna__await_signal(L, 1);
   if (co == NULL && lua_type(L, 1) == LUA_TTHREAD)
     return luaL_argerror(L, 1, "Task or Promise expected, got a plain coroutine");
   if (co == NULL)
-    return luaL_typeerror(L, 1, "Task or Promise");
+    return luaL_typeerror(L, 1, "Task, Promise or Signal");
   t = await_task(L, "task.await");
   target = luna__record(co);
   if (target == NULL || LUNA__SETTLED(target)) {

@@ -238,7 +238,8 @@ typedef enum luna__calling {
   LUNA__CALLING_NONE,
   LUNA__CALLING_CALLBACK,  /* a task.on or task.every callback */
   LUNA__CALLING_PREDICATE, /* a wait_until or wait_while predicate */
-  LUNA__CALLING_HANDLER    /* the task.on_error handler */
+  LUNA__CALLING_HANDLER,   /* the task.on_error handler */
+  LUNA__CALLING_SIGNAL     /* a signal's handler (signal.c) */
 } luna__calling;
 
 /* True while b's work must wait: b->held was set (by the mods layer, when
@@ -602,5 +603,22 @@ void luna__groups_reset(luna__binding *b);
    group (luna_lua_group_new), which may still do that. */
 bool luna__group_wait_stuck(const luna__task *t);
 void luna__open_groups(lua_State *L, luna__binding *b);
+
+/* ---- signal.c ------------------------------------------------------------ */
+/* task.signal, the Signal and Connection objects (signal.c). */
+void luna__open_signal(lua_State *L, luna__binding *b);
+/* True when the value at idx is a Signal; luna__l_is_signal: (x) -> boolean. */
+bool luna__is_signal(lua_State *L, int idx);
+int luna__l_is_signal(lua_State *L);
+/* task.await(s) for the Signal at idx: suspends the calling task until the
+   next fire and returns its values (raises the cancellation error when the
+   signal is destroyed meanwhile). Called from a C function whose frame
+   holds nothing above idx that it needs. */
+int luna__await_signal(lua_State *L, int idx);
+/* The continuation of a deferred fire (arg: the signal), its binding, and
+   what a reset that drops it must do (lifecycle.c purges them). */
+void luna__signal_deferred_cb(luna_loop *loop, void *arg);
+luna__binding *luna__signal_binding(void *arg);
+void luna__signal_drop_deferred(void *arg);
 
 #endif

@@ -209,6 +209,7 @@ static const luaL_Reg internal_funcs[] = {
     {"depend_one", l_depend_one},
     {"undepend", l_undepend},
     {"is_promise", luna__l_is_promise},
+    {"is_signal", luna__l_is_signal},
     {"await_promise", luna__l_watch_promise},
     {NULL, NULL}};
 

@@ -18,6 +18,8 @@
 static bool owned_continuation(luna_fn fn, void *arg, void *ud) {
   if (fn == luna__drain_cb)
     return arg == ud;
+  if (fn == luna__signal_deferred_cb) /* a deferred fire (signal.c) */
+    return luna__signal_binding(arg) == (luna__binding *)ud;
   if (fn != luna__resume_cb && fn != luna__start_cb)
     return false;
   return ((luna__task *)arg)->b == (luna__binding *)ud;
@@ -40,6 +42,8 @@ static bool release_continuation(luna_fn fn, void *arg, void *ud) {
     return false;
   if (fn == luna__drain_cb)
     ((luna__binding *)ud)->drain_deferred = false;
+  else if (fn == luna__signal_deferred_cb)
+    luna__signal_drop_deferred(arg);
   else
     luna__drop_continuation((luna__task *)arg);
   return true;

@@ -340,6 +340,7 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   luaL_setfuncs(L, module_funcs, 1);
   luna__open_await(L, b);
   luna__open_callbacks(L, b);
+  luna__open_signal(L, b);
   luna__open_introspect(L, b);
   luna__open_gc(L, b);
   luna__open_groups(L, b);

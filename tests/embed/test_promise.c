@@ -547,7 +547,7 @@ static void awaiting_outside_a_task_raises(void **state) {
   fixture *f = *state;
   run(f->L, "p = host.promise()\n"
             "local ok, e = pcall(task.await, p); assert(not ok and e:find('not inside a task'), e)\n"
-            "ok, e = pcall(task.await, {}); assert(not ok and e:find('Task or Promise expected'), e)\n"
+            "ok, e = pcall(task.await, {}); assert(not ok and e:find('Task, Promise or Signal expected'), e)\n"
             "local co = coroutine.wrap(function() return pcall(task.await, p) end)\n"
             "ok, e = co(); assert(not ok and e:find('not a task'), e)");
 }

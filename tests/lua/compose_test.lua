@@ -162,7 +162,7 @@ H.case("combinators_wake_the_caller_in_the_same_run", function()
 end)
 
 H.case("combinators_validate_arguments_and_context", function()
-  H.has(H.raises(function() task.when_all(1) end), "expected a Task, a Promise or a function, got number")
+  H.has(H.raises(function() task.when_all(1) end), "expected a Task, a Promise, a Signal or a function, got number")
   H.has(H.raises(function() task.when_any() end), "at least one")
   local at = "compose_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": task.when_all: not inside a task"
   H.has(H.raises(function() task.when_all(function() end) end), at)
@@ -172,7 +172,7 @@ H.case("combinators_validate_arguments_and_context", function()
   -- the error points at the caller's line, not inside the library
   local line = debug.getinfo(1, "l").currentline + 1
   H.has(H.raises(function() task.timeout(nil, print) end), "compose_test.lua:" .. line .. ":")
-  H.has(H.raises(function() task.timeout(1, 5) end), "expected a function, a Task or a Promise")
+  H.has(H.raises(function() task.timeout(1, 5) end), "expected a function, a Task, a Promise or a Signal")
   at = "compose_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": task.scope: not inside a task"
   H.has(H.raises(function() task.scope(function() end) end), at)
   at = "compose_test.lua:" .. (debug.getinfo(1, "l").currentline + 1) .. ": task.timeout: not inside a task"
