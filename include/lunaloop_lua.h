@@ -37,6 +37,14 @@ LUNA_BEGIN_DECLS
    to the state with luna_lua_attach, it creates one owned by the state (freed
    when the state closes) with a default configuration. */
 LUNA_API int luaopen_lunaloop(lua_State *L);
+/* `require "lunaloop.roblox"`: opens the module as luaopen_lunaloop does
+   and returns the Roblox-style task library of the state (docs/roblox.md):
+   task.spawn, defer, delay, wait, cancel, synchronize and desynchronize
+   with Roblox's semantics, every other name falling through to the
+   module. Opening the module also puts this function in
+   package.preload["lunaloop.roblox"] when the state has a package
+   library, so a host that links lunaloop statically gets it too. */
+LUNA_API int luaopen_lunaloop_roblox(lua_State *L);
 
 /* Attaches `loop` to the state L, so that its tasks run on that loop, and
    registers the module in package.loaded["lunaloop"] (not as a global).

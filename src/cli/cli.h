@@ -83,6 +83,7 @@ typedef struct luna_run_options {
   bool has_seed;          /* --seed given: call math.randomseed(seed) */
   long long seed;
   const char *trace;      /* --trace FILE: a Chrome trace of the run, or NULL */
+  bool roblox;            /* --roblox: the global task is require "lunaloop.roblox" */
   int script;             /* index of SCRIPT in the argv given to the parser */
 } luna_run_options;
 

@@ -9,11 +9,12 @@
 
 #include "cli.h"
 
-enum { OPT_TRACE = LUNA__OPT_OWN };
+enum { OPT_TRACE = LUNA__OPT_OWN, OPT_ROBLOX };
 
 static const struct option long_options[] = {
   LUNA__CLI_FRAME_OPTIONS,
   {"trace", required_argument, NULL, OPT_TRACE},
+  {"roblox", no_argument, NULL, OPT_ROBLOX},
   {"help", no_argument, NULL, 'h'},
   {NULL, 0, NULL, 0}
 };
@@ -83,6 +84,12 @@ static int parse_options(int argc, char **argv, luna_run_options *opts, bool rep
     }
     if (c == OPT_TRACE) {
       opts->trace = optarg;
+      continue;
+    }
+    if (c == OPT_ROBLOX) {
+      if (repl)
+        return luna__cli_usage_error("repl: --roblox is an option of run only");
+      opts->roblox = true;
       continue;
     }
     if (c < LUNA__OPT_FAST || c >= LUNA__OPT_OWN)

@@ -46,6 +46,12 @@ static int prepare(lua_State *L) {
   lua_pushliteral(L, "lunaloop");
   lua_call(L, 1, 1);
   lua_setglobal(L, "task");
+  if (ctx->opts->roblox) { /* --roblox: Roblox's task library instead */
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "lunaloop.roblox");
+    lua_call(L, 1, 1);
+    lua_setglobal(L, "task");
+  }
 
   set_arg(L, ctx);
 

@@ -552,6 +552,9 @@ void luna__open_await(lua_State *L, luna__binding *b);
    skips their frames for the user's call into them. */
 #define LUNA__CHUNK_PREFIX "=lunaloop/"
 void luna__open_compose(lua_State *L);
+/* Pushes the library a chunk built for require under `name` ("roblox":
+   lua/lunaloop/roblox.lua) and returns its type (nil: none). */
+int luna__push_library(lua_State *L, const char *name);
 
 /* ---- introspect.c: task.list, task.stats, t:info ------------------------ */
 void luna__open_introspect(lua_State *L, luna__binding *b);

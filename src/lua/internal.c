@@ -183,6 +183,35 @@ static int l_metatable(lua_State *L) {
   return 1;
 }
 
+/* is_pending(t) -> boolean: t is a task not started yet (task.defer,
+   task.spawn_at, new_task). */
+static int l_is_pending(lua_State *L) {
+  luna__task *t = luna__check_task(L, 1);
+  lua_pushboolean(L, t != NULL && t->state == LUNA__PENDING && !t->cancel_requested);
+  return 1;
+}
+
+/* The registry's table of the libraries the chunks build for require
+   (lunaloop.roblox): keep(name, value) stores one, luna__push_library
+   pushes it (nil when there is none). */
+static const char libraries_key = 'l';
+
+static int l_keep(lua_State *L) {
+  luaL_checkstring(L, 1);
+  lua_settop(L, 2);
+  luna__push_registry_table(L, &libraries_key, NULL);
+  lua_insert(L, 1);
+  lua_rawset(L, 1);
+  return 0;
+}
+
+int luna__push_library(lua_State *L, const char *name) {
+  luna__push_registry_table(L, &libraries_key, NULL);
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+  return lua_type(L, -1);
+}
+
 /* is_task(x) -> boolean */
 static int l_is_task(lua_State *L) {
   lua_pushboolean(L, luna__test_thread(L, 1) != NULL);
@@ -210,6 +239,8 @@ static const luaL_Reg internal_funcs[] = {
     {"undepend", l_undepend},
     {"is_promise", luna__l_is_promise},
     {"is_signal", luna__l_is_signal},
+    {"is_pending", l_is_pending},
+    {"keep", l_keep},
     {"await_promise", luna__l_watch_promise},
     {NULL, NULL}};
 

@@ -271,3 +271,11 @@ LUNA_API int luaopen_lunaloop(lua_State *L) {
   }
   return luna__open_module(L, b);
 }
+
+LUNA_API int luaopen_lunaloop_roblox(lua_State *L) {
+  luaopen_lunaloop(L);
+  lua_pop(L, 1);
+  if (luna__push_library(L, "roblox") != LUA_TTABLE)
+    return luaL_error(L, "lunaloop.roblox: the library was not built");
+  return 1;
+}

@@ -356,6 +356,15 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   lua_setfield(L, -2, "version");
   lua_pushvalue(L, -1);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &module_key);
+  { /* require "lunaloop.roblox" (lifecycle.c), where a package library is */
+    int top = lua_gettop(L);
+    if (lua_getglobal(L, "package") == LUA_TTABLE &&
+        lua_getfield(L, -1, "preload") == LUA_TTABLE) {
+      lua_pushcfunction(L, luaopen_lunaloop_roblox);
+      lua_setfield(L, -2, "lunaloop.roblox");
+    }
+    lua_settop(L, top);
+  }
   /* The metatable of every thread (one per state), last: a failure above
      leaves the state's threads as they were. Cannot raise. */
   lua_pushthread(L);
