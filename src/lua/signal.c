@@ -323,7 +323,11 @@ static void fire(lua_State *L, luna__signal *s, int sidx, int first, int nargs, 
         stop = true;
         break;
       }
-      if (st.cur != NULL)
+      if (st.cur != NULL && luna__is_cancel_error(L, -1) && luna__cancel_pending(L, b))
+        luna__push_last_traceback(L); /* the firing task's own cancellation
+                                         (a handler cancelled it): raised
+                                         when fire returns, not reported */
+      else if (st.cur != NULL)
         report_handler(b, L, fns, st.i - 1);
       else { /* not a handler's (no stack room): reported, the fire ends */
         luna__push_last_traceback(L);
