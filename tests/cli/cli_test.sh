@@ -562,4 +562,18 @@ case_repl_sigterm() {
   valid_json "$TMP/trace.json"
 }
 
+case_roblox_option_makes_task_the_roblox_library() {
+  ll run --fast --roblox "$S/roblox.lua"
+  expect_status 0
+  expect_stdout "waited 0.100 at frame 6" "thread${T}suspended" "before wait" "deferred${T}6" \
+    "delayed${T}boss${T}9" "signal fell through:${T}function"
+  [ ! -s "$ERR" ] || fail "stderr is not empty"
+  ll run --fast "$S/roblox.lua"
+  expect_status 1
+  expect_err 'attempt to call a nil value \(field .wait.\)'
+  ll repl --roblox
+  expect_status 2
+  expect_err 'repl: --roblox is an option of run only'
+}
+
 "case_$CASE"

@@ -1,0 +1,10 @@
+-- roblox.lua: run with --roblox, the global task is Roblox's library.
+local waited = task.wait(0.1)
+print(string.format("waited %.3f at frame %d", waited, task.frame()))
+local th = task.delay(0.05, function(who) print("delayed", who, task.frame()) end, "boss")
+print(type(th), coroutine.status(th))
+task.defer(function() print("deferred", task.frame()) end)
+print("before wait")
+task.wait()
+task.wait(0.1)
+print("signal fell through:", type(task.signal))
