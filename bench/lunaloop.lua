@@ -212,4 +212,31 @@ function W.W9_group_cancel(n)
   return ns / n, bytes, nil, n
 end
 
+-- W10_signal: firing a signal to n handlers against n task.on callbacks
+-- (both the W6 callback, fn(dt) adding dt to an upvalue). impl "lunaloop":
+-- one task.on callback fires a task.signal with n handlers each frame;
+-- impl "lunaloop_on": the n functions are task.on("Update") callbacks.
+-- After one warm frame, R frames are measured: ns and allocations per
+-- handler call (or callback call).
+function W.W10_signal(n)
+  local R = C.rounds(n)
+  if bench.impl == "lunaloop_on" then
+    for _ = 1, n do
+      local x = 0
+      task.on("Update", function(dt) x = x + dt end)
+    end
+  else
+    local s = task.signal()
+    for _ = 1, n do
+      local x = 0
+      s:connect(function(dt) x = x + dt end)
+    end
+    task.on("Update", function(dt) s:fire(dt) end)
+  end
+  bench.frames(1, DT)
+  local a0 = bench.allocs()
+  local ns = frames(R)
+  return ns / (n * R), nil, (bench.allocs() - a0) / (n * R), n * R
+end
+
 return C.workloads(W)

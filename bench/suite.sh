@@ -79,10 +79,10 @@ note() { printf 'bench: %s\n' "$*" >&2; }
 # Sizes: the full ones, or small ones for the quick mode.
 if [ "$quick" -eq 1 ]; then
   N_W1=200 N_W2=1000 N_STEADY=200 N_FRAME=1000 N_W3=5000 N_TICK=2000 N_W4=1000 N_W5=10000 N_W6=200
-  N_HOSTILE=5 N_W8=500 N_W9=1000
+  N_HOSTILE=5 N_W8=500 N_W9=1000 N_W10=200
 else
   N_W1=10000 N_W2=100000 N_STEADY=10000 N_FRAME=100000 N_W3=1000000 N_TICK=100000 N_W4=100000
-  N_W5=1000000 N_W6=10000 N_HOSTILE=120 N_W8=20000 N_W9=10000
+  N_W5=1000000 N_W6=10000 N_HOSTILE=120 N_W8=20000 N_W9=10000 N_W10=10000
 fi
 scale_ns=(1000 10000 100000 1000000)
 
@@ -119,6 +119,7 @@ plan=(
   "W5_inbox $N_W5 mutex lunaloop"
   "W6_update $N_W6 limit lunaloop lunaloop_tasks $(peer purelua purelua_pcall luv)"
   "W9_group_cancel $N_W9 lunaloop lunaloop_each"
+  "W10_signal $N_W10 lunaloop_on lunaloop"
 )
 if [ "$quick" -eq 0 ]; then
   plan+=("W9_group_cancel 1000 lunaloop lunaloop_each" "W9_group_cancel 100000 lunaloop lunaloop_each")
@@ -148,6 +149,7 @@ icount_size() {
     W3_tick) echo "tasks 5000" ;;
     W6_update) echo "frames 1000 10" ;;
     W9_group_cancel) echo "tasks 5000" ;;
+    W10_signal) echo "frames 1000 10" ;;
     *) echo "-" ;;
   esac
 }
