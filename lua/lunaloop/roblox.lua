@@ -149,7 +149,7 @@ end
 -- first Update at which `seconds` have passed on the scaled clock. Returns
 -- the thread that will run it (cancel it to call the whole thing off).
 function R.delay(seconds, x, ...)
-  seconds = check_seconds("delay", 1, seconds, 0)
+  seconds = check_seconds("delay", 1, seconds) -- required, as in Roblox
   local tx = check_target("delay", 2, x)
   if tx == "thread" and is_task(x) then
     argerror("delay", 2, "expected a function or a plain coroutine (a task resumes itself)", 2)
@@ -174,10 +174,13 @@ end
 --- task.cancel(thread): a task is cancelled (lunaloop's task.cancel: its
 -- to-be-closed variables run, its awaiters get the cancellation error); a
 -- plain coroutine is closed, and the wait or delay our driver does for it
--- is called off.
+-- is called off. The running thread cannot be cancelled (as in Roblox).
 function R.cancel(co)
   if type(co) ~= "thread" then
     argerror("cancel", 1, "thread expected, got " .. (co == nil and "no value" or type(co)), 2)
+  end
+  if co == co_running() then
+    argerror("cancel", 1, "cannot cancel the running thread (return from it, or error)", 2)
   end
   if is_task(co) then return cancel(co) end
   local d = drivers[co]
