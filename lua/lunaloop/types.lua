@@ -22,7 +22,7 @@
 
 ---@alias lunaloop.Status "running" | "suspended" | "done" | "failed" | "cancelled"
 
----@alias lunaloop.Awaitable lunaloop.Task | lunaloop.Promise
+---@alias lunaloop.Awaitable lunaloop.Task | lunaloop.Promise | lunaloop.Signal
 
 ---A task: a coroutine run by the scheduler, and the task is that coroutine:
 ---type(t) == "thread", coroutine.running() in its code is t. The methods live in
@@ -245,7 +245,8 @@ function task.wait_until(pred, timing) end
 ---@param timing lunaloop.Timing?
 function task.wait_while(pred, timing) end
 
----An await: the results of a Task or Promise, or raises its error.
+---An await: the results of a Task or Promise, or raises its error; for a
+---Signal, the values of its next fire.
 ---@async
 ---@param t lunaloop.Awaitable
 ---@return any ...
@@ -412,6 +413,47 @@ function task.ungrouped(fn, ...) end
 ---@return lunaloop.Group?
 function task.group_of(t) end
 
+---An event many handlers subscribe to and a task can await (docs/api.md,
+---"Signals"). Handlers are plain calls on the firing thread: they cannot await.
+---@class lunaloop.Signal
+local Signal = {}
+---Calls fn(...) at every fire, in connection order, until disconnected;
+---opts.once: disconnected before its first call.
+---@param fn fun(...)
+---@param opts { once: boolean? }?
+---@return lunaloop.Connection
+function Signal:connect(fn, opts) end
+---Calls every handler connected now, then resumes the tasks waiting on it.
+---A raising handler is reported and the others still run.
+function Signal:fire(...) end
+---Delivers the fire at the next run of the signal's timing, in fire order.
+function Signal:fire_deferred(...) end
+---An await: the values of the next fire. With seconds (scaled clock, checked
+---at Update), raises task.timeout's error when none came.
+---@async
+---@param seconds number?
+---@return any ...
+function Signal:wait(seconds) end
+---Ends every connection; waiting tasks get the cancellation error.
+function Signal:destroy() end
+---@return boolean
+function Signal:is_destroyed() end
+
+---@class lunaloop.Connection
+local Connection = {}
+---The handler is not called again, not even later in a fire under way.
+function Connection:disconnect() end
+---@return boolean
+function Connection:connected() end
+
+---@class lunaloop.SignalOptions
+---@field timing lunaloop.Timing? where fire_deferred delivers (default "Update")
+
+---A new Signal.
+---@param opts lunaloop.SignalOptions?
+---@return lunaloop.Signal
+function task.signal(opts) end
+
 ---Installs fn(err, traceback, task?, what) as the error handler; returns the
 ---previous one. `what` is the default report's subject ("task worker",
 ---"callback main.lua:30", ...).
@@ -535,6 +577,37 @@ function mods.list() end
 
 ---@return mods.Stats
 function mods.stats() end
+
+---Roblox's task library on lunaloop tasks: require "lunaloop.roblox", or the
+---global task of `lunaloop run --roblox` (docs/roblox.md). Other names fall
+---through to the lunaloop module.
+---@class lunaloop.roblox: lunaloop
+local roblox = {}
+---Runs a function (or resumes a thread) now with the arguments; returns the thread.
+---@param fn_or_thread function|thread
+---@return thread
+function roblox.spawn(fn_or_thread, ...) end
+---Runs it once the running code has waited or ended, in the same run.
+---@param fn_or_thread function|thread
+---@return thread
+function roblox.defer(fn_or_thread, ...) end
+---Runs it at the first Update after `seconds` on the scaled clock.
+---@param seconds number
+---@param fn_or_thread function|thread
+---@return thread
+function roblox.delay(seconds, fn_or_thread, ...) end
+---An await: until the first Update after `seconds` (default 0); returns the
+---scaled seconds waited since the call.
+---@async
+---@param seconds number?
+---@return number
+function roblox.wait(seconds) end
+---Cancels a task, or closes a plain coroutine; not the running thread.
+---@param thread thread
+function roblox.cancel(thread) end
+---No-ops: a lunaloop state runs on one thread.
+function roblox.synchronize() end
+function roblox.desynchronize() end
 
 ---@type lunaloop
 _G.task = task
