@@ -17,7 +17,7 @@
 local M, I, P = ...
 
 local spawn, cancel, current, await = M.spawn, M.cancel, M.current, M.await
-local delay, time = M.delay, M.time
+local delay, time, group_of = M.delay, M.time, M.group_of
 local is_task, new_task, start, suspend, wake = I.is_task, I.new_task, I.start, I.suspend, I.wake
 local is_pending, check_await = I.is_pending, I.check_await
 local argerror, number_text = P.argerror, P.number_text
@@ -48,8 +48,17 @@ local function check_seconds(fname, n, s, default)
   return s
 end
 
--- The wait of task.wait, in a task: the scaled seconds that passed.
+-- The wait of task.wait, in a task: the seconds that passed on the clock
+-- it waits on, the scaled clock, or the clock of the task's group when it
+-- is a member of one (so pausing or slowing the group pauses or slows a
+-- ported script, docs/groups.md).
 local function wait_here(seconds)
+  local g = group_of and group_of(current())
+  if g ~= nil then
+    local t0 = g:time()
+    g:delay(seconds)
+    return g:time() - t0
+  end
   local t0 = time()
   delay(seconds)
   return time() - t0
@@ -140,7 +149,7 @@ end
 
 -- The body of a delayed task.
 local function delayed(seconds, x, ...)
-  delay(seconds)
+  wait_here(seconds)
   if type(x) == "function" then return x(...) end
   return drive(x, ...)
 end

@@ -159,6 +159,27 @@ H.case("wait_follows_the_scaled_clock", function()
   H.eq(out[2], 6)
 end)
 
+H.case("in_a_group_wait_and_delay_run_on_the_group_clock", function()
+  local g = task.group{name = "ported"}
+  local out = {}
+  local f0 = task.frame()
+  g:spawn(function()
+    R.delay(0.05, function() out.delayed = task.frame() - f0 end)
+    out.waited = R.wait(0.05)
+    out.at = task.frame() - f0
+  end)
+  H.frames(1)
+  g:pause()
+  H.frames(10) -- paused: the group's clock stands still
+  H.eq(out, {})
+  g:resume()
+  H.frames(2)
+  near(out.waited, 3 * FRAME, "group time waited")
+  H.eq(out.at, 13)
+  H.eq(out.delayed, 13)
+  g:cancel()
+end)
+
 H.case("cancel_of_a_suspended_thread_unwinds_it", function()
   local closed
   local th = R.spawn(function()
