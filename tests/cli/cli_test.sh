@@ -576,4 +576,34 @@ case_roblox_option_makes_task_the_roblox_library() {
   expect_err 'repl: --roblox is an option of run only'
 }
 
+case_example_boss_fight_exact_output() {
+  # examples/boss_fight.lua: groups (pause, cancel) and a signal, under
+  # --fast the same output on every run.
+  ll run --fast "$S/../../../examples/boss_fight.lua"
+  expect_status 0
+  expect_stdout \
+    "[game 0.25  real 0.25] hint: press X to attack" \
+    "[game 0.40  real 0.40] hud: boss takes 10, 30 left" \
+    "[game 0.40  real 0.40] log: first blood on the boss" \
+    "[game 0.40  real 0.40] hint: well done, 10 damage to the boss" \
+    "[game 0.75  real 0.75] boss: a volley of fire" \
+    "[game 0.80  real 0.80] hud: boss takes 10, 20 left" \
+    "[game 0.90  real 0.90] menu: open, game paused" \
+    "[game 0.90  real 1.00] menu: fade in 25%" \
+    "[game 0.90  real 1.10] menu: fade in 50%" \
+    "[game 0.90  real 1.20] menu: fade in 75%" \
+    "[game 0.90  real 1.30] menu: fade in 100%" \
+    "[game 0.90  real 1.80] menu: closed, game resumed" \
+    "[game 1.00  real 1.90] boss: roars" \
+    "[game 1.20  real 2.10] hud: boss takes 10, 10 left" \
+    "[game 1.50  real 2.40] boss: a volley of fire" \
+    "[game 1.60  real 2.50] hud: boss takes 10, 0 left" \
+    "[game 1.60  real 2.50] the boss falls" \
+    "[game 1.60  real 2.50] boss: the aura fades (cancelled)" \
+    "[game 1.60  real 2.50] boss group cancelled: 1 task(s) ended" \
+    "[game 1.60  real 2.50] hero: victory pose" \
+    "[game 1.60  real 2.50] fight over: boss group cancelled, hp 0"
+  [ ! -s "$ERR" ] || fail "stderr is not empty"
+}
+
 "case_$CASE"
