@@ -581,6 +581,13 @@ void luna__observers_free(luna__binding *b);
 void luna__tune_loop(luna_loop *loop);
 void luna__remove_all_handles(luna__binding *b);
 void luna__open_callbacks(lua_State *L, luna__binding *b);
+/* The message handler of a protected call that calls many Lua functions in
+   a loop (a stretch of callbacks, a signal's fire): luna__msgh without the
+   loop's own C frame in the traceback, whose line from the end is
+   b->stretch_tb_line, set (and restored after) by the caller to
+   luna__next_frame_line(L) of the thread before the call. */
+int luna__stretch_msgh(lua_State *L);
+int luna__next_frame_line(lua_State *L);
 /* A group's g:on and g:every (group.c): the arguments of task.on or
    task.every from index 2 (index 1 is the group, which the handle keeps
    alive); pushes the Handle. */

@@ -183,7 +183,7 @@ static int stretch_body(lua_State *L) {
    began (next_frame_line). A linear cost: looking the frame up level by
    level would cost the square of the depth (lua_getstack walks from the
    top), minutes for a stack overflow. */
-static int stretch_msgh(lua_State *L) {
+int luna__stretch_msgh(lua_State *L) {
   luna__binding *b = luna__get_binding(L);
   luna__store_traceback(L, b != NULL ? b->stretch_tb_line : 0);
   lua_settop(L, 1);
@@ -194,7 +194,7 @@ static int stretch_msgh(lua_State *L) {
    (a level's own, and one more for a tail call), plus one: the line of a
    function called now. 0 past 10 levels, where luaL_traceback may skip
    some of them (it keeps the last 11 levels). */
-static int next_frame_line(lua_State *L) {
+int luna__next_frame_line(lua_State *L) {
   lua_Debug ar;
   int level, lines = 1;
   for (level = 0; lua_getstack(L, level, &ar); level++) {
@@ -225,8 +225,8 @@ static void callbacks_batch(luna_loop *loop, luna__batch *bt) {
     s.loop = loop;
     s.outer = luna__running;
     lua_checkstack(L, 8);
-    b->stretch_tb_line = next_frame_line(L);
-    lua_pushcfunction(L, stretch_msgh); /* top + 1 */
+    b->stretch_tb_line = luna__next_frame_line(L);
+    lua_pushcfunction(L, luna__stretch_msgh); /* top + 1 */
     do {
       luna__calling_saved calling = luna__begin_calling(b, L, LUNA__CALLING_CALLBACK);
       s.cur = NULL;

@@ -282,7 +282,7 @@ static void report_handler(luna__binding *b, lua_State *L, int fns_idx, uint32_t
    and is raised again here (the firing code is what it stops). */
 static void fire(lua_State *L, luna__signal *s, int sidx, int first, int nargs, bool raise_stop) {
   luna__binding *b = s->b;
-  int top = lua_gettop(L), fns, st_rc, k;
+  int top = lua_gettop(L), fns, st_rc, k, saved_line;
   fire_state st;
   luna__calling_saved calling;
   lua_State *saved;
@@ -302,7 +302,9 @@ static void fire(lua_State *L, luna__signal *s, int sidx, int first, int nargs, 
     lua_settop(L, top);
     return;
   }
-  lua_pushcfunction(L, luna__msgh); /* top + 1 */
+  saved_line = b->stretch_tb_line;
+  b->stretch_tb_line = luna__next_frame_line(L);
+  lua_pushcfunction(L, luna__stretch_msgh); /* top + 1: tracebacks without fire_body */
   lua_getiuservalue(L, sidx, UV_FNS); /* top + 2 */
   fns = top + 2;
   s->firing++;
@@ -338,6 +340,7 @@ static void fire(lua_State *L, luna__signal *s, int sidx, int first, int nargs, 
     lua_settop(L, fns);
   } while (st_rc != LUA_OK);
   luna__end_calling(b, calling);
+  b->stretch_tb_line = saved_line;
   s->firing--;
   if (s->firing == 0 && s->holes * 2 > s->n)
     compact(L, s, sidx); /* no allocation: moves and clears slots */

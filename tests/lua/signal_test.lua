@@ -112,6 +112,8 @@ H.case("a_raising_handler_is_reported_stays_connected_and_the_others_run", funct
   H.has(reports[1].what, "signal handler")
   H.has(reports[1].what, "signal_test.lua:")
   H.has(reports[1].tb, "stack traceback")
+  H.has(reports[1].tb, "in method 'fire'")   -- the handler's caller is the fire,
+  H.eq(reports[1].tb:find("in ?", 1, true), nil, "the fire loop's own frame") -- not its C loop
   H.eq(bad:connected(), true)
 end)
 
