@@ -28,8 +28,9 @@ if [ -e "$build/lunaloop.1.gz" ]; then
   [ "$(MANPATH="$prefix/share/man" man -w lunaloop)" = "$prefix/share/man/man1/lunaloop.1.gz" ] ||
     fail "man does not find the installed page in $prefix/share/man"
 fi
-# The shared library exports the public API only.
-if nm -D --defined-only "$prefix/lib/liblunaloop.so" | awk '{print $3}' | grep -vE '^(luna_|luaopen_lunaloop$)'; then
+# The shared library exports the public API only (the two module openers,
+# lunaloop and lunaloop.roblox, and luna_*).
+if nm -D --defined-only "$prefix/lib/liblunaloop.so" | awk '{print $3}' | grep -vE '^(luna_|luaopen_lunaloop$|luaopen_lunaloop_roblox$)'; then
   fail "liblunaloop.so exports symbols outside the public API (above)"
 fi
 

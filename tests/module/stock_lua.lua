@@ -135,5 +135,16 @@ do
   check(receiver:status() == "cancelled", "woken then closed: " .. receiver:status())
 end
 
+-- require "lunaloop.roblox": Lua's all-in-one loader finds
+-- luaopen_lunaloop_roblox in lunaloop.so; one table per state.
+do
+  local R = require "lunaloop.roblox"
+  check(R == require "lunaloop.roblox" and R.signal == task.signal, "lunaloop.roblox: one table over the module")
+  local waited
+  R.spawn(function() waited = R.wait(0.5) end)
+  task.step(0.25); task.step(0.25)
+  check(waited == 0.5, "lunaloop.roblox: wait returns the time waited: " .. tostring(waited))
+end
+
 print(failures == 0 and "1 passed, 0 failed" or "0 passed, 1 failed")
 os.exit(failures == 0 and 0 or 1)
