@@ -323,6 +323,49 @@ static void an_interrupted_callback_is_reported_once_and_the_others_run(void **s
   luna_loop_free(loop);
 }
 
+/* An interrupt that lands in a signal's handler stops the code that fired
+   the signal, not only the handler: a fire reports a handler's error and
+   goes on, which for an interrupt would swallow it (the later handlers
+   would run, and the callback that fired would not stop). The fire ends
+   and s:fire raises it again: the callback that fired is reported once,
+   the later handler has not run. After the interrupt is cleared the
+   signal works as before. */
+static void an_interrupted_signal_handler_stops_the_fire_and_its_caller(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_task_state(loop);
+  lua_pushcfunction(L, l_interrupt_now);
+  lua_setglobal(L, "interrupt_now");
+  run(L, "reports, log, first = {}, {}, true\n"
+         "task.on_error(function(e) reports[#reports + 1] = tostring(e) end)\n"
+         "s = task.signal()\n"
+         "s:connect(function()\n"
+         "  log[#log + 1] = 'a'\n"
+         "  if first then first = false; pcall(function() interrupt_now() while true do end end) end\n"
+         "  log[#log + 1] = 'a done'\n"
+         "end)\n"
+         "s:connect(function() log[#log + 1] = 'b' end)\n"
+         "task.on('Update', function() s:fire(); log[#log + 1] = 'after fire' end)\n");
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  luna_lua_interrupt_clear();
+  run(L, "n_reports, report, after_frame = #reports, reports[1], table.concat(log, ' ')\n"
+         "s:fire()\n"
+         "after_fire = table.concat(log, ' ')");
+  assert_int_equal(global_int(L, "n_reports"), 1);
+  lua_getglobal(L, "report");
+  assert_non_null(strstr(lua_tostring(L, -1), "interrupted"));
+  lua_getglobal(L, "after_frame");
+  assert_string_equal(lua_tostring(L, -1), "a");
+  lua_getglobal(L, "after_fire");
+  assert_string_equal(lua_tostring(L, -1), "a a a done b");
+  lua_pop(L, 3);
+  assert_int_equal(luna_lua_callback_count(L), 0); /* the callback that fired was removed */
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 /* A task with many arguments: the binding copies the function and its
    arguments through the caller's stack, which must make room for them (a
    C caller is only promised LUA_MINSTACK free slots). */
@@ -486,6 +529,7 @@ int main(void) {
       cmocka_unit_test(exit_stops_the_frame),
       cmocka_unit_test(driving_the_loop_from_inside_a_task_is_refused),
       cmocka_unit_test(an_interrupted_callback_is_reported_once_and_the_others_run),
+      cmocka_unit_test(an_interrupted_signal_handler_stops_the_fire_and_its_caller),
       cmocka_unit_test(wake_ups_survive_a_ready_queue_that_cannot_grow),
       cmocka_unit_test(a_spilled_task_cancelled_before_its_turn),
       cmocka_unit_test(cancels_survive_a_cancel_queue_that_cannot_grow),
