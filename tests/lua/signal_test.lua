@@ -384,4 +384,60 @@ H.case("hostile_arguments_raise_clear_errors_at_the_call", function()
   c:disconnect(); c:disconnect()
 end)
 
+H.case("many_values_and_nils_reach_handlers_waiters_and_deferred_deliveries", function()
+  local s = task.signal()
+  local vals = {}
+  for i = 1, 250 do vals[i] = (i % 3 ~= 0) and i or nil end
+  local got = {}
+  s:connect(function(...) got[#got + 1] = table.pack(...) end)
+  local out = H.run_task(function() return s:wait() end)
+  s:fire(table.unpack(vals, 1, 250))
+  s:fire_deferred(nil, nil, "x", nil)
+  H.frames(1)
+  H.eq(got[1].n, 250)
+  H.eq(got[1][249], nil)
+  H.eq(got[1][250], 250)
+  H.eq(out.values.n, 251)
+  H.eq(out.values[251], 250)
+  H.eq(got[2], {n = 4, nil, nil, "x", nil})
+end)
+
+H.case("a_handler_error_value_is_reported_as_it_is", function()
+  local reports, restore = H.capture_errors()
+  local s = task.signal()
+  local e = setmetatable({}, {__tostring = function() return "custom error" end})
+  s:connect(function() error(e) end)
+  s:fire()
+  restore()
+  H.eq(reports[1].err, e)
+end)
+
+H.case("wait_from_a_plain_coroutine_or_a_callback_says_why_it_cannot", function()
+  local s = task.signal()
+  local out = H.run_task(function()
+    local co = coroutine.wrap(function() return s:wait() end)
+    return co()
+  end)
+  H.has(out.values[2], "signal:wait: called from a coroutine that is not a task")
+  local reports, restore = H.capture_errors()
+  local h <close> = task.on(function() s:wait() end)
+  H.frames(1)
+  restore()
+  H.has(tostring(reports[1].err), "signal:wait: called from a task.on or task.every callback")
+  H.has(tostring(s), "Signal(0 connected)")
+end)
+
+H.case("a_destroyed_signal_with_a_queued_fire_is_released", function()
+  local weak = setmetatable({}, {__mode = "k"})
+  do
+    local s = task.signal()
+    s:fire_deferred(1)
+    s:destroy()
+    weak[s] = true
+  end
+  H.frames(1) -- the queued continuation finds it destroyed and lets go
+  collectgarbage(); collectgarbage()
+  H.eq(next(weak), nil)
+end)
+
 H.run()
