@@ -606,4 +606,13 @@ case_example_boss_fight_exact_output() {
   [ ! -s "$ERR" ] || fail "stderr is not empty"
 }
 
+case_a_run_waiting_only_on_a_signal_is_stuck() {
+  # Only code can fire a signal: a run whose every task waits on one (and
+  # no callback is registered) can make no progress, and says on what.
+  printf 'local s = task.signal()\ns:connect(function() end)\ns:wait()\n' >"$TMP/stuck.lua"
+  ll run --fast "$TMP/stuck.lua"
+  expect_status 3
+  expect_err '^  task main \(#1\) waits on signal:wait at .*stuck\.lua:3$'
+}
+
 "case_$CASE"
