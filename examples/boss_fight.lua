@@ -13,7 +13,7 @@
 --                  game and fades in and out on the unscaled clock, which
 --                  a pause does not stop
 --
--- Run it in real time (about 4 seconds):
+-- Run it in real time (about 3 seconds):
 --   scripts/run examples/boss_fight.lua
 -- or with virtual time, instantly and with the same output on every run:
 --   scripts/run --fast examples/boss_fight.lua

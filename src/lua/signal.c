@@ -277,9 +277,12 @@ static void report_handler(luna__binding *b, lua_State *L, int fns_idx, uint32_t
 /* Fires the signal at sidx of L with the nargs values at first...: every
    connection there is now, in order, each handler called protected (a
    failure is reported, and the fire goes on with the next). Then resumes
-   the waiters woken, when nothing else is resuming. When `raise_stop`, an
-   interrupt or a mod's budget stop that a handler raised ends the fire
-   and is raised again here (the firing code is what it stops). */
+   the waiters woken, when nothing else is resuming. An interrupt or a
+   mod's budget stop that a handler raised ends the fire (it would stop
+   every later handler too): when `raise_stop` it is raised again here
+   (the firing code is what it stops), otherwise (a deferred delivery,
+   which no code of the state called) it is reported once, as that
+   handler's failure. */
 static void fire(lua_State *L, luna__signal *s, int sidx, int first, int nargs, bool raise_stop) {
   luna__binding *b = s->b;
   int top = lua_gettop(L), fns, st_rc, k, saved_line;
@@ -321,8 +324,17 @@ static void fire(lua_State *L, luna__signal *s, int sidx, int first, int nargs, 
     if (st_rc != LUA_OK) {
       if (st.cur != NULL)
         LUNA__OBSERVE(b, on_call, L, false);
-      if (raise_stop && luna__is_stop_error(L, -1)) {
-        stop = true;
+      if (luna__is_stop_error(L, -1)) {
+        if (raise_stop) {
+          stop = true;
+          break;
+        }
+        if (st.cur != NULL)
+          report_handler(b, L, fns, st.i - 1);
+        else {
+          luna__push_last_traceback(L);
+          luna__report(b, L, -2, -1, 0, "signal fire");
+        }
         break;
       }
       if (st.cur != NULL && luna__is_cancel_error(L, -1) && luna__cancel_pending(L, b))

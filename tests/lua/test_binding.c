@@ -329,7 +329,7 @@ static void an_interrupted_callback_is_reported_once_and_the_others_run(void **s
    would run, and the callback that fired would not stop). The fire ends
    and s:fire raises it again: the callback that fired is reported once,
    the later handler has not run. After the interrupt is cleared the
-   signal works as before. */
+   signal works as before. In a deferred delivery it is reported once. */
 static void an_interrupted_signal_handler_stops_the_fire_and_its_caller(void **state) {
   luna_loop *loop;
   lua_State *L;
@@ -362,6 +362,19 @@ static void an_interrupted_signal_handler_stops_the_fire_and_its_caller(void **s
   assert_string_equal(lua_tostring(L, -1), "a a a done b");
   lua_pop(L, 3);
   assert_int_equal(luna_lua_callback_count(L), 0); /* the callback that fired was removed */
+  /* A deferred delivery has no caller to stop: the interrupt ends the fire
+     and is reported once, as the handler's failure. */
+  run(L, "first, log = true, {}\n"
+         "s:fire_deferred()");
+  assert_int_equal(luna_loop_frame(loop, 0.016), 0);
+  luna_lua_interrupt_clear();
+  run(L, "n_reports, report, deferred = #reports, reports[2], table.concat(log, ' ')");
+  assert_int_equal(global_int(L, "n_reports"), 2);
+  lua_getglobal(L, "report");
+  assert_non_null(strstr(lua_tostring(L, -1), "interrupted"));
+  lua_getglobal(L, "deferred");
+  assert_string_equal(lua_tostring(L, -1), "a");
+  lua_pop(L, 2);
   lua_close(L);
   luna_loop_free(loop);
 }
