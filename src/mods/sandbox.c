@@ -516,7 +516,8 @@ static const char *const task_allowed[] = {
     "spawn", "defer", "spawn_at", "cancel", "current", "is_cancelled", "is_timeout",
     "frame", "time", "delta_time", "yield", "next_frame", "delay_frame", "delay",
     "wait_until", "wait_while", "await", "on", "every", "list", "stats", "when_all",
-    "when_any", "timeout", "scope", "channel", "timings", "version", NULL};
+    "when_any", "timeout", "scope", "channel", "timings", "version",
+    "signal", NULL};
 
 static void copy_fields(lua_State *L, int from, const char *const *names);
 

@@ -281,6 +281,36 @@ static void budget_stops_loop_in_per_tick_callback(void **state) {
   fx_free(f);
 }
 
+/* A signal's handler that loops is stopped like any of the mod's code.
+   Fired from a callback, the stop belongs to the callback's call: it ends
+   the fire (a later handler would only be stopped too) and s:fire raises
+   it, so the callback is reported and removed. In a deferred delivery each
+   handler is a call of its own for the budget: the looping one is stopped
+   and reported, and the fire goes on with the next. The mod goes on. */
+static void budget_stops_loop_in_signal_handler(void **state) {
+  luna_mods_config c = budget_config(3);
+  fixture *f = fx_new(&c);
+  (void)state;
+  fx_write(f, "sg/mod.lua",
+           "n, later = 0, 0\n"
+           "local s, d = task.signal(), task.signal()\n"
+           "s:connect(function() n = n + 1; if n == 1 then while true do end end end)\n"
+           "s:connect(function() later = later + 1 end)\n"
+           "task.on('Update', function() s:fire() end)\n"
+           "d:connect(function() while true do end end)\n"
+           "d:connect(function() later = later + 10 end)\n"
+           "d:fire_deferred()\n"
+           "task.on('Update', function() n = n + 100 end)\n");
+  assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
+  fx_frames(f, 3);
+  assert_has(f->rep, "sg: signal handler sg/mod.lua:6 failed: sg/mod.lua:6: instruction budget exceeded");
+  assert_has(f->rep, "sg: callback sg/mod.lua:5 failed: sg/mod.lua:3: instruction budget exceeded");
+  assert_int_equal(fx_global(f, "sg", "later"), 10);
+  assert_int_equal(fx_global(f, "sg", "n"), 301);
+  assert_int_equal(fx_info(f, "sg").callbacks, 1);
+  fx_free(f);
+}
+
 /* Lua calls a message handler with hooks off when the error comes from a
    hook, so a budget stop raised in (or into) a handler that loops could
    never be raised again: the host froze. The sandbox's xpcall lets a stop
@@ -882,6 +912,7 @@ int main(void) {
       cmocka_unit_test(budget_cannot_be_escaped_with_wrap_or_pcall),
       cmocka_unit_test(budget_stops_loop_in_predicate),
       cmocka_unit_test(budget_stops_loop_in_per_tick_callback),
+      cmocka_unit_test(budget_stops_loop_in_signal_handler),
       cmocka_unit_test(budget_stops_loop_in_error_handler),
       cmocka_unit_test(budget_stops_loop_in_xpcall_message_handler),
       cmocka_unit_test(bare_yield_keeps_the_budget_and_skips_a_looping_handler),

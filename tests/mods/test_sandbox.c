@@ -245,7 +245,8 @@ static void binding_objects_have_protected_metatables(void **state) {
   (void)state;
   expect_ok("task.spawn(function()\n"
             "  local objs = {Task = task.current(), Handle = task.on(function() end),\n"
-            "                Channel = task.channel(), Subscription = mods.subscribe('x', print)}\n"
+            "                Channel = task.channel(), Subscription = mods.subscribe('x', print),\n"
+            "                Signal = task.signal(), Connection = task.signal():connect(print)}\n"
             "  task.scope(function(s) objs.Scope = s end)\n"
             "  objs.Timeout = select(2, pcall(task.timeout, 0.001, function() task.delay(1) end))\n"
             "  local t = task.defer(function() end); t:cancel()\n"
@@ -264,6 +265,7 @@ static void binding_objects_have_protected_metatables(void **state) {
             "    end\n"
             "  end\n"
             "  assert(objs.Channel.send and objs.Scope.spawn and objs.Handle.remove)\n"
+            "  assert(objs.Signal.fire and objs.Connection.disconnect)\n"
             "  assert(task.is_cancelled(objs.Cancelled) and task.is_timeout(objs.Timeout))\n"
             "  objs.Handle:remove(); objs.Subscription:remove()\n"
             "  print('ok')\n"
@@ -365,7 +367,7 @@ static void everything_a_mod_can_reach_is_listed(void **state) {
       "table.sort table.unpack task task.await task.cancel task.channel task.current "
       "task.defer task.delay task.delay_frame task.delta_time task.every task.frame "
       "task.is_cancelled task.is_timeout task.list task.next_frame task.on task.on_error "
-      "task.scope task.spawn task.spawn_at task.stats task.time task.time_scale "
+      "task.scope task.signal task.spawn task.spawn_at task.stats task.time task.time_scale "
       "task.timeout task.timings task.timings.1 task.timings.10 task.timings.11 "
       "task.timings.12 task.timings.13 task.timings.14 task.timings.15 task.timings.16 "
       "task.timings.2 task.timings.3 task.timings.4 task.timings.5 task.timings.6 "
@@ -526,6 +528,7 @@ static void task_module_has_no_loop_control(void **state) {
             "local ok, err = pcall(task.time_scale, 0)\n"
             "assert(not ok and err:find('not set it'), err)\n"
             "assert(type(task.spawn) == 'function' and task.version)\n"
+            "assert(type(task.signal) == 'function')\n"
             "print('ok')", NULL);
 }
 
