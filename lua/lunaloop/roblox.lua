@@ -100,7 +100,9 @@ local function run_thread(fname, co, ...)
   if st ~= "suspended" then
     argerror(fname, 1, "cannot resume a " .. st .. " coroutine", 3)
   end
-  if drivers[co] then argerror(fname, 1, "cannot resume a coroutine that is waiting in task.wait", 3) end
+  if drivers[co] then
+    argerror(fname, 1, "cannot resume a coroutine that task.wait, task.delay or task.defer holds", 3)
+  end
   spawn(drive, co, ...)
   return co
 end
@@ -142,6 +144,7 @@ function R.defer(x, ...)
     if st ~= "suspended" then argerror("defer", 1, "cannot resume a " .. st .. " coroutine", 2) end
   end
   local t = new_task(deferred, x, ...)
+  if tx == "thread" then drivers[x] = t end -- task.cancel(x) calls it off
   start(t) -- runs to its suspend
   wake(t)  -- queued behind the running code (now when nothing runs)
   return tx == "thread" and x or t

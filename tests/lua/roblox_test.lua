@@ -96,6 +96,7 @@ H.case("defer_runs_once_the_running_task_waits_in_the_same_run", function()
 end)
 
 H.case("defer_of_a_thread_and_cancel_before_it_runs", function()
+  local reports, restore = H.capture_errors()
   local log = {}
   local co = coroutine.create(function(v) log[#log + 1] = "co " .. v end)
   task.spawn(function()
@@ -103,9 +104,17 @@ H.case("defer_of_a_thread_and_cancel_before_it_runs", function()
     local th = R.defer(function() log[#log + 1] = "never" end)
     R.cancel(th)
     H.eq(th:status(), "cancelled")
+    local co2 = coroutine.create(function() log[#log + 1] = "never either" end)
+    R.defer(co2)
+    H.raises(function() R.spawn(co2) end, "cannot resume a coroutine that task.wait, task.delay or task.defer holds")
+    R.cancel(co2) -- called off before it ran: no error later
+    H.eq(coroutine.status(co2), "dead")
     log[#log + 1] = "spawner"
   end)
+  H.frames(1)
+  restore()
   H.eq(log, {"spawner", "co v"})
+  H.eq(#reports, 0)
 end)
 
 H.case("delay_runs_at_the_first_update_after_the_seconds_and_returns_the_thread", function()
