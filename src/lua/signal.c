@@ -27,6 +27,7 @@
 ** fire cancels the timer and wakes it. The continuation of the wait
 ** (wait_k) always removes the waiter, however the task was woken.
 */
+#include <stdio.h>
 #include <string.h>
 
 #include "binding.h"
