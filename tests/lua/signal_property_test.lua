@@ -14,7 +14,9 @@
 --   * a raising handler is reported once and stays connected, and the
 --     fire goes on;
 --   * deferred fires are delivered at the next Update, in fire order; one
---     queued during a delivery waits for the next frame.
+--     queued during a delivery waits for the next frame;
+--   * a task waiting in s:wait() is a connection too (a once one): it gets
+--     the values of the first fire that reaches it, nested fires included.
 --
 -- After every step the calls made (handler id and fire value) and every
 -- connection's connected() are compared with the model's. Each program is
@@ -56,8 +58,8 @@ end
 -- Runs one program; returns nil or a description of the first difference.
 local function program(seed)
   local r = rng(seed)
-  local real = {s = task.signal(), conns = {}, log = {}, n = 0}
-  local model = {conns = {}, log = {}, n = 0, queue = {}, reports = 0}
+  local real = {s = task.signal(), conns = {}, log = {}, n = 0, waited = {}, nw = 0}
+  local model = {conns = {}, log = {}, n = 0, queue = {}, reports = 0, waited = {}, nw = 0}
   local reports, restore = H.capture_errors()
   local depth = 0
 
@@ -91,7 +93,7 @@ local function program(seed)
       local c = model.conns[i]
       if c.connected then
         if c.once then c.connected = false end
-        mrun(c, v)
+        if c.waiter then model.waited[c.waiter] = v else mrun(c, v) end
       end
     end
   end
@@ -130,6 +132,12 @@ local function program(seed)
           id, tostring(rc and rc:connected()), tostring(mc.connected))
       end
     end
+    for w = 1, model.nw do
+      if real.waited[w] ~= model.waited[w] then
+        return string.format("step %d (%s): waiter %d got %s, model %s", step, what, w,
+          tostring(real.waited[w]), tostring(model.waited[w]))
+      end
+    end
     if #reports ~= model.reports then
       return string.format("step %d (%s): %d reports, model %d", step, what, #reports, model.reports)
     end
@@ -142,6 +150,13 @@ local function program(seed)
       local once = r(4) == 1
       rconnect(once); mconnect(once)
       what = "connect" .. (once and " once" or "")
+    elseif k == 4 and r(2) == 1 then
+      real.nw = real.nw + 1
+      local w = real.nw
+      task.spawn(function() real.waited[w] = real.s:wait() end)
+      model.nw = model.nw + 1
+      model.conns[#model.conns + 1] = {id = -model.nw, connected = true, once = true, waiter = model.nw}
+      what = "wait " .. w
     elseif k <= 5 and model.n > 0 then
       local id = r(model.n)
       real.conns[id]:disconnect()
