@@ -517,7 +517,7 @@ static const char *const task_allowed[] = {
     "frame", "time", "delta_time", "yield", "next_frame", "delay_frame", "delay",
     "wait_until", "wait_while", "await", "on", "every", "list", "stats", "when_all",
     "when_any", "timeout", "scope", "channel", "timings", "version",
-    "signal", NULL};
+    "signal", "group", "group_of", "ungrouped", NULL};
 
 static void copy_fields(lua_State *L, int from, const char *const *names);
 

@@ -246,7 +246,8 @@ static void binding_objects_have_protected_metatables(void **state) {
   expect_ok("task.spawn(function()\n"
             "  local objs = {Task = task.current(), Handle = task.on(function() end),\n"
             "                Channel = task.channel(), Subscription = mods.subscribe('x', print),\n"
-            "                Signal = task.signal(), Connection = task.signal():connect(print)}\n"
+            "                Signal = task.signal(), Connection = task.signal():connect(print),\n"
+            "                Group = task.group{name = 'g'}}\n"
             "  task.scope(function(s) objs.Scope = s end)\n"
             "  objs.Timeout = select(2, pcall(task.timeout, 0.001, function() task.delay(1) end))\n"
             "  local t = task.defer(function() end); t:cancel()\n"
@@ -366,12 +367,12 @@ static void everything_a_mod_can_reach_is_listed(void **state) {
       "string.upper table table.concat table.insert table.move table.pack table.remove "
       "table.sort table.unpack task task.await task.cancel task.channel task.current "
       "task.defer task.delay task.delay_frame task.delta_time task.every task.frame "
-      "task.is_cancelled task.is_timeout task.list task.next_frame task.on task.on_error "
+      "task.group task.group_of task.is_cancelled task.is_timeout task.list task.next_frame task.on task.on_error "
       "task.scope task.signal task.spawn task.spawn_at task.stats task.time task.time_scale "
       "task.timeout task.timings task.timings.1 task.timings.10 task.timings.11 "
       "task.timings.12 task.timings.13 task.timings.14 task.timings.15 task.timings.16 "
       "task.timings.2 task.timings.3 task.timings.4 task.timings.5 task.timings.6 "
-      "task.timings.7 task.timings.8 task.timings.9 task.version task.wait_until "
+      "task.timings.7 task.timings.8 task.timings.9 task.ungrouped task.version task.wait_until "
       "task.wait_while task.when_all task.when_any task.yield tonumber tostring type utf8 "
       "utf8.char utf8.charpattern utf8.codepoint utf8.codes utf8.len utf8.offset xpcall "
       "(string).__add (string).__div (string).__idiv (string).__index (string).__mod "
@@ -519,7 +520,8 @@ static void coroutine_resume_refuses_task_coroutines(void **state) {
             "print('ok')", NULL);
 }
 
-/* The loop and its budgets belong to the host. */
+/* The loop and its budgets belong to the host; groups and signals are the
+   mod's own (a group is made of the mod's tasks and clocks, in its state). */
 static void task_module_has_no_loop_control(void **state) {
   (void)state;
   expect_ok("assert(task.step == nil and task.run == nil and task.exit == nil)\n"
@@ -529,6 +531,15 @@ static void task_module_has_no_loop_control(void **state) {
             "assert(not ok and err:find('not set it'), err)\n"
             "assert(type(task.spawn) == 'function' and task.version)\n"
             "assert(type(task.signal) == 'function')\n"
+            "local g = task.group{name = 'mine'}\n"
+            "local closed = false\n"
+            "g:spawn(function()\n"
+            "  local c <close> = setmetatable({}, {__close = function() closed = true end})\n"
+            "  g:delay(1)\n"
+            "end)\n"
+            "g:pause(); assert(g:paused() and g:count() == 1)\n"
+            "g:cancel(); assert(closed and g:count() == 0)\n"
+            "assert(not pcall(g.spawn, g, print))\n"
             "print('ok')", NULL);
 }
 
