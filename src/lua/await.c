@@ -197,6 +197,9 @@ luna__task *luna__check_await_at(lua_State *L, luna__binding *b, const char *wha
     if (b->calling.L == L && b->calling.what == LUNA__CALLING_HANDLER)
       await_error(L, level, what, "called from the task.on_error handler, which cannot "
                                   "await (start a task from it with task.spawn)");
+    if (b->calling.L == L && b->calling.what == LUNA__CALLING_SIM)
+      await_error(L, level, what, "cannot await in a simulation tick: coroutines cannot be "
+                                  "rolled back; use sim.timer");
     if (is_main)
       await_error(L, level, what, "not inside a task (the main thread cannot await; "
                                   "start a task with task.spawn)");

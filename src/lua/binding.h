@@ -239,7 +239,8 @@ typedef enum luna__calling {
   LUNA__CALLING_CALLBACK,  /* a task.on or task.every callback */
   LUNA__CALLING_PREDICATE, /* a wait_until or wait_while predicate */
   LUNA__CALLING_HANDLER,   /* the task.on_error handler */
-  LUNA__CALLING_SIGNAL     /* a signal's handler (signal.c) */
+  LUNA__CALLING_SIGNAL,    /* a signal's handler (signal.c) */
+  LUNA__CALLING_SIM        /* a simulation tick callback (sim.on_tick, sim.c) */
 } luna__calling;
 
 /* True while b's work must wait: b->held was set (by the mods layer, when

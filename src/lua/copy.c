@@ -19,7 +19,7 @@
 
 #define MAX_DEPTH 100
 
-enum { T_NIL, T_FALSE, T_TRUE, T_INT, T_FLT, T_STR, T_TABLE };
+enum { T_NIL, T_FALSE, T_TRUE, T_INT, T_FLT, T_STR, T_TABLE, T_CLASS };
 
 /* ---- encoding ---------------------------------------------------------------------- */
 
@@ -28,10 +28,35 @@ typedef struct writer {
   size_t len, cap, limit;
   const luna__copy_payer *payer; /* who pays for the copy's growth (NULL: the host) */
   size_t charged; /* bytes charged to it so far */
-  int visiting; /* stack index of the table of tables being copied */
+  int classes; /* stack index of the metatable -> class number table, or 0 */
+  int depth;   /* tables on the current path (open[0..depth)) */
+  const void *open[MAX_DEPTH]; /* the tables on the current path: a cycle is one of them again */
   const char *what;
+  const char *context; /* "between mods", "into a snapshot" */
   char path[160];
 } writer;
+
+/* ---- the checksum: 64-bit mixes (the splitmix64 finalizer) combined so
+   that a table's pairs add up in any order: lua_next's order, which
+   depends on the history of the table, never changes a checksum. */
+static uint64_t mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9u;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebu;
+  x ^= x >> 31;
+  return x;
+}
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+  uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
+  size_t i;
+  for (i = 0; i < n; i++) {
+    h ^= (unsigned char)s[i];
+    h *= 0x100000001b3u;
+  }
+  return mix(h ^ n);
+}
 
 static void put(lua_State *L, writer *w, const void *src, size_t n) {
   if (w->len + n > w->limit)
@@ -57,14 +82,20 @@ static void put(lua_State *L, writer *w, const void *src, size_t n) {
 
 static void put_tag(lua_State *L, writer *w, int tag) {
   char c = (char)tag;
+  if (w->len < w->cap) { /* the common case, without the checks of put */
+    w->p[w->len++] = c;
+    return;
+  }
   put(L, w, &c, 1);
 }
 
-/* Appends ".key" or "[key]" to the path for messages; returns the old length. */
+/* Appends ".key" or "[key]" to the path for messages (a string key that
+   starts an empty path is written bare: "ships[3].x"); returns the old
+   length. */
 static size_t path_push(lua_State *L, writer *w, int key) {
   size_t old = strlen(w->path), room = sizeof w->path - old;
   if (lua_type(L, key) == LUA_TSTRING)
-    snprintf(w->path + old, room, ".%s", lua_tostring(L, key));
+    snprintf(w->path + old, room, old == 0 ? "%s" : ".%s", lua_tostring(L, key));
   else if (lua_type(L, key) == LUA_TNUMBER) {
     if (lua_isinteger(L, key))
       snprintf(w->path + old, room, "[%lld]", (long long)lua_tointeger(L, key));
@@ -75,21 +106,37 @@ static size_t path_push(lua_State *L, writer *w, int key) {
   return old;
 }
 
-static void write_value(lua_State *L, writer *w, int idx, int depth);
+/* The path for messages; "value" while it is empty. */
+static const char *path_text(const writer *w) {
+  return w->path[0] != '\0' ? w->path : "value";
+}
 
-static void write_table(lua_State *L, writer *w, int idx, int depth) {
+static uint64_t write_value(lua_State *L, writer *w, int idx);
+
+static uint64_t write_table(lua_State *L, writer *w, int idx) {
   size_t count_at;
   uint32_t count = 0;
-  if (depth >= MAX_DEPTH)
+  uint64_t sum = 0, cls = 0;
+  int i;
+  const void *self = lua_topointer(L, idx);
+  if (w->depth >= MAX_DEPTH)
     luaL_error(L, "%s: the value is nested deeper than %d levels (at %s)", w->what, MAX_DEPTH,
-               w->path);
-  lua_pushvalue(L, idx);
-  if (lua_rawget(L, w->visiting) != LUA_TNIL)
-    luaL_error(L, "%s: the value has a cycle (at %s)", w->what, w->path);
-  lua_pop(L, 1);
-  lua_pushvalue(L, idx);
-  lua_pushboolean(L, 1);
-  lua_rawset(L, w->visiting);
+               path_text(w));
+  for (i = 0; i < w->depth; i++)
+    if (w->open[i] == self)
+      luaL_error(L, "%s: the value has a cycle (at %s)", w->what, path_text(w));
+  if (w->classes != 0 && lua_getmetatable(L, idx)) {
+    lua_Integer c;
+    lua_rawget(L, w->classes);
+    c = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    if (c > 0 && c < 256) {
+      put_tag(L, w, T_CLASS);
+      put_tag(L, w, (int)c);
+      cls = (uint64_t)c;
+    }
+  }
+  w->open[w->depth++] = self;
   put_tag(L, w, T_TABLE);
   count_at = w->len;
   put(L, w, &count, sizeof count);
@@ -98,44 +145,48 @@ static void write_table(lua_State *L, writer *w, int idx, int depth) {
   while (lua_next(L, idx) != 0) {
     int key = lua_gettop(L) - 1;
     size_t old;
+    uint64_t hk, hv;
     int kt = lua_type(L, key);
     if (kt != LUA_TSTRING && kt != LUA_TNUMBER && kt != LUA_TBOOLEAN)
-      luaL_error(L, "%s: a table key of type %s cannot be copied between mods (at %s)",
-                 w->what, luaL_typename(L, key), w->path);
+      luaL_error(L, "%s: a table key of type %s cannot be copied %s (at %s)", w->what,
+                 luaL_typename(L, key), w->context, path_text(w));
     old = path_push(L, w, key);
-    write_value(L, w, key, depth + 1);
-    write_value(L, w, key + 1, depth + 1);
+    hk = write_value(L, w, key);
+    hv = write_value(L, w, key + 1);
+    sum += mix(hk ^ (hv * 0x9e3779b97f4a7c15u + 0x632be59bd9b4e019u));
     w->path[old] = '\0';
     lua_pop(L, 1);
     count++;
   }
   memcpy(w->p + count_at, &count, sizeof count);
-  lua_pushvalue(L, idx);
-  lua_pushnil(L);
-  lua_rawset(L, w->visiting);
+  w->depth--;
+  return mix(sum ^ ((uint64_t)count << 8) ^ (cls << 48) ^ 0x7461626c65u);
 }
 
-static void write_value(lua_State *L, writer *w, int idx, int depth) {
+static uint64_t write_value(lua_State *L, writer *w, int idx) {
   idx = lua_absindex(L, idx);
   switch (lua_type(L, idx)) {
   case LUA_TNIL:
   case LUA_TNONE:
     put_tag(L, w, T_NIL);
-    break;
+    return 0x11;
   case LUA_TBOOLEAN:
     put_tag(L, w, lua_toboolean(L, idx) ? T_TRUE : T_FALSE);
-    break;
+    return lua_toboolean(L, idx) ? 0x33 : 0x22;
   case LUA_TNUMBER:
     if (lua_isinteger(L, idx)) {
       lua_Integer i = lua_tointeger(L, idx);
       put_tag(L, w, T_INT);
       put(L, w, &i, sizeof i);
+      return mix((uint64_t)i ^ 0x696e74u);
     } else {
       lua_Number n = lua_tonumber(L, idx);
+      uint64_t bits = 0;
       put_tag(L, w, T_FLT);
       put(L, w, &n, sizeof n);
+      memcpy(&bits, &n, sizeof n < sizeof bits ? sizeof n : sizeof bits);
+      return mix(bits ^ 0x666c74000000u);
     }
-    break;
   case LUA_TSTRING: {
     size_t len;
     const char *s = lua_tolstring(L, idx, &len);
@@ -146,55 +197,89 @@ static void write_value(lua_State *L, writer *w, int idx, int depth) {
     put_tag(L, w, T_STR);
     put(L, w, &n, sizeof n);
     put(L, w, s, len);
-    break;
+    return hash_bytes(s, len);
   }
   case LUA_TTABLE:
-    write_table(L, w, idx, depth);
-    break;
+    return write_table(L, w, idx);
   default:
-    luaL_error(L, "%s: a %s value cannot be copied between mods (at %s)", w->what,
-               luaL_typename(L, idx), w->path);
+    return (uint64_t)luaL_error(L, "%s: a %s value cannot be copied %s (at %s)", w->what,
+                                luaL_typename(L, idx), w->context, path_text(w));
   }
 }
 
+typedef struct encode_call {
+  writer *w;
+  uint64_t sum;
+} encode_call;
+
+/* In protected mode: (value, call, classes | nil): the stack indices of
+   the caller's frame are not this one's, so what the writer reads is
+   passed. */
 static int serialize(lua_State *L) {
-  writer *w = (writer *)lua_touserdata(L, 2);
-  lua_newtable(L);
-  w->visiting = lua_gettop(L);
-  write_value(L, w, 1, 0);
+  encode_call *c = (encode_call *)lua_touserdata(L, 2);
+  c->w->classes = lua_istable(L, 3) ? 3 : 0;
+  c->sum = write_value(L, c->w, 1);
   return 0;
+}
+
+int luna__copy_encode_opts(lua_State *L, int idx, luna__copy_opts *o) {
+  writer w;
+  encode_call c;
+  int st;
+  idx = lua_absindex(L, idx);
+  memset(&w, 0, sizeof w);
+  w.p = o->buf;
+  w.cap = o->buf != NULL ? o->cap : 0;
+  w.payer = o->payer;
+  w.limit = o->limit > UINT32_MAX ? UINT32_MAX : o->limit;
+  w.what = o->what;
+  w.context = o->context != NULL ? o->context : "between mods";
+  w.classes = o->classes != 0 ? lua_absindex(L, o->classes) : 0;
+  if (o->root != NULL)
+    snprintf(w.path, sizeof w.path, "%s", o->root);
+  c.w = &w;
+  c.sum = 0;
+  lua_pushcfunction(L, serialize);
+  lua_pushvalue(L, idx);
+  lua_pushlightuserdata(L, &c);
+  if (w.classes != 0)
+    lua_pushvalue(L, w.classes);
+  else
+    lua_pushnil(L);
+  st = lua_pcall(L, 3, 0, 0);
+  if (w.payer != NULL)
+    w.payer->uncharge(w.payer->ud, w.charged);
+  o->buf = w.p; /* grown or not, the caller's again (freed by it) */
+  o->cap = w.cap;
+  o->len = st == LUA_OK ? w.len : 0;
+  o->checksum = c.sum;
+  return st;
 }
 
 int luna__copy_encode(lua_State *L, int idx, size_t limit, const char *what,
                       const luna__copy_payer *payer, char **data, size_t *len) {
-  writer w;
+  luna__copy_opts o;
   int st;
   char *fit;
-  idx = lua_absindex(L, idx);
-  memset(&w, 0, sizeof w);
-  w.payer = payer;
-  w.limit = limit > UINT32_MAX ? UINT32_MAX : limit;
-  w.what = what;
-  strcpy(w.path, "value");
-  lua_pushcfunction(L, serialize);
-  lua_pushvalue(L, idx);
-  lua_pushlightuserdata(L, &w);
-  st = lua_pcall(L, 2, 0, 0);
-  if (payer != NULL)
-    payer->uncharge(payer->ud, w.charged);
+  memset(&o, 0, sizeof o);
+  o.limit = limit;
+  o.what = what;
+  o.payer = payer;
+  o.root = "value";
+  st = luna__copy_encode_opts(L, idx, &o);
   if (st != LUA_OK) {
-    free(w.p);
+    free(o.buf);
     return st;
   }
-  if (w.p == NULL) { /* cannot happen: every value writes a tag */
+  if (o.buf == NULL) { /* cannot happen: every value writes a tag */
     lua_pushliteral(L, "empty value");
     return LUA_ERRRUN;
   }
   /* The buffer doubled as it grew: keep only what the value needs. */
-  if (w.len < w.cap && (fit = (char *)realloc(w.p, w.len)) != NULL)
-    w.p = fit;
-  *data = w.p;
-  *len = w.len;
+  if (o.len < o.cap && (fit = (char *)realloc(o.buf, o.len)) != NULL)
+    o.buf = fit;
+  *data = o.buf;
+  *len = o.len;
   return LUA_OK;
 }
 
@@ -213,7 +298,18 @@ char *luna__copy_encode_string(const char *s, size_t len, size_t *out_len) {
 
 /* ---- decoding ---------------------------------------------------------------------- */
 
-static const char *read_value(lua_State *L, const char *p) {
+/* Sets the metatable of the table on top of L to class c of the table at
+   `classes` (0: none, and nothing is done). */
+static void set_class(lua_State *L, int classes, int c) {
+  if (classes == 0)
+    return;
+  if (lua_rawgeti(L, classes, c) == LUA_TTABLE)
+    lua_setmetatable(L, -2);
+  else
+    lua_pop(L, 1);
+}
+
+static const char *read_value(lua_State *L, const char *p, int classes) {
   luaL_checkstack(L, 3, "value nested too deeply");
   switch (*p++) {
   case T_NIL:
@@ -244,14 +340,20 @@ static const char *read_value(lua_State *L, const char *p) {
     lua_pushlstring(L, p, n);
     return p + n;
   }
+  case T_CLASS: {
+    int c = (unsigned char)*p++;
+    p = read_value(L, p, classes);
+    set_class(L, classes, c);
+    return p;
+  }
   default: { /* T_TABLE */
     uint32_t n, i;
     memcpy(&n, p, sizeof n);
     p += sizeof n;
     lua_createtable(L, 0, (int)(n > 1024 ? 1024 : n));
     for (i = 0; i < n; i++) {
-      p = read_value(L, p);
-      p = read_value(L, p);
+      p = read_value(L, p, classes);
+      p = read_value(L, p, classes);
       lua_rawset(L, -3);
     }
     return p;
@@ -261,5 +363,168 @@ static const char *read_value(lua_State *L, const char *p) {
 
 void luna__copy_decode(lua_State *L, const char *data, size_t len) {
   (void)len;
-  read_value(L, data);
+  read_value(L, data, 0);
+}
+
+void luna__copy_decode_classes(lua_State *L, const char *data, size_t len, int classes) {
+  (void)len;
+  read_value(L, data, classes != 0 ? lua_absindex(L, classes) : 0);
+}
+
+/* The end of the value that starts at p (made by the encoder). */
+static const char *skip_value(const char *p) {
+  uint32_t n, i;
+  switch (*p++) {
+  case T_NIL:
+  case T_FALSE:
+  case T_TRUE:
+    return p;
+  case T_INT:
+    return p + sizeof(lua_Integer);
+  case T_FLT:
+    return p + sizeof(lua_Number);
+  case T_STR:
+    memcpy(&n, p, sizeof n);
+    return p + sizeof n + n;
+  case T_CLASS:
+    return skip_value(p + 1);
+  default:
+    memcpy(&n, p, sizeof n);
+    p += sizeof n;
+    for (i = 0; i < n; i++)
+      p = skip_value(skip_value(p));
+    return p;
+  }
+}
+
+/* Restores the table body at p (just after its T_TABLE tag) into the
+   table at dst: see luna__copy_restore. Returns the end of the body. */
+static const char *restore_table(lua_State *L, int dst, const char *p, int classes) {
+  uint32_t n, i, have = 0;
+  const char *body;
+  memcpy(&n, p, sizeof n);
+  p += sizeof n;
+  body = p;
+  luaL_checkstack(L, 6, "value nested too deeply");
+  for (i = 0; i < n; i++) {
+    int cls = 0;
+    const char *v;
+    p = read_value(L, p, classes); /* the key: a scalar */
+    v = p;
+    if (*v == T_CLASS) {
+      cls = (unsigned char)v[1];
+      v += 2;
+    }
+    if (*v == T_TABLE) {
+      lua_pushvalue(L, -1);
+      if (lua_rawget(L, dst) == LUA_TTABLE) { /* the same table, refilled */
+        p = restore_table(L, lua_gettop(L), v + 1, classes);
+        if (cls != 0)
+          set_class(L, classes, cls);
+        lua_pop(L, 2);
+        continue;
+      }
+      lua_pop(L, 1);
+    }
+    p = read_value(L, p, classes);
+    lua_rawset(L, dst);
+  }
+  /* Keys the snapshot does not have: most often there are none, which
+     counting tells without a set of the snapshot's keys. */
+  lua_pushnil(L);
+  while (lua_next(L, dst) != 0) {
+    lua_pop(L, 1);
+    have++;
+  }
+  if (have > n) {
+    int keys;
+    const char *q = body;
+    lua_createtable(L, 0, (int)(n > 1024 ? 1024 : n));
+    keys = lua_gettop(L);
+    for (i = 0; i < n; i++) {
+      q = read_value(L, q, 0);
+      lua_pushboolean(L, 1);
+      lua_rawset(L, keys);
+      q = skip_value(q);
+    }
+    lua_pushnil(L);
+    while (lua_next(L, dst) != 0) {
+      lua_pop(L, 1);
+      lua_pushvalue(L, -1);
+      if (lua_rawget(L, keys) == LUA_TNIL) {
+        lua_pushvalue(L, -2);
+        lua_pushnil(L);
+        lua_rawset(L, dst); /* clearing a field during the traversal is allowed */
+      }
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  return p;
+}
+
+int luna__copy_restore(lua_State *L, int idx, const char *data, size_t len, int classes) {
+  const char *p = data;
+  (void)len;
+  idx = lua_absindex(L, idx);
+  classes = classes != 0 ? lua_absindex(L, classes) : 0;
+  if (*p == T_CLASS)
+    p += 2;
+  if (*p != T_TABLE || lua_type(L, idx) != LUA_TTABLE)
+    return -1;
+  restore_table(L, idx, p + 1, classes);
+  return 0;
+}
+
+/* Checks the value at p..end, at most `depth` tables deep; returns its end
+   or NULL. */
+static const char *check_value(const char *p, const char *end, int depth, bool key) {
+  uint32_t n, i;
+  if (p >= end)
+    return NULL;
+  switch (*p++) {
+  case T_NIL:
+    return key ? NULL : p;
+  case T_FALSE:
+  case T_TRUE:
+    return p;
+  case T_INT:
+    return end - p >= (ptrdiff_t)sizeof(lua_Integer) ? p + sizeof(lua_Integer) : NULL;
+  case T_FLT: {
+    lua_Number x;
+    if (end - p < (ptrdiff_t)sizeof x)
+      return NULL;
+    memcpy(&x, p, sizeof x);
+    return key && x != x ? NULL : p + sizeof x; /* NaN is no key */
+  }
+  case T_STR:
+    if (end - p < (ptrdiff_t)sizeof n)
+      return NULL;
+    memcpy(&n, p, sizeof n);
+    p += sizeof n;
+    return (size_t)(end - p) >= n ? p + n : NULL;
+  case T_CLASS:
+    if (key || p >= end || p + 1 >= end || p[1] != T_TABLE)
+      return NULL;
+    return check_value(p + 1, end, depth, false);
+  case T_TABLE:
+    if (key || depth <= 0 || end - p < (ptrdiff_t)sizeof n)
+      return NULL;
+    memcpy(&n, p, sizeof n);
+    p += sizeof n;
+    for (i = 0; i < n && p != NULL; i++) {
+      p = check_value(p, end, depth - 1, true);
+      if (p != NULL)
+        p = check_value(p, end, depth - 1, false);
+    }
+    return p;
+  default:
+    return NULL;
+  }
+}
+
+bool luna__copy_valid(const char *data, size_t len, bool table) {
+  if (len == 0 || (table && data[0] != T_TABLE && data[0] != T_CLASS))
+    return false;
+  return check_value(data, data + len, MAX_DEPTH, false) == data + len;
 }

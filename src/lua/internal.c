@@ -218,6 +218,8 @@ static int l_is_task(lua_State *L) {
   return 1;
 }
 
+void luna__open_sim_internals(lua_State *L); /* sim.c */
+
 static const luaL_Reg internal_funcs[] = {
     {"check_await", l_check_await},
     {"suspend", l_suspend},
@@ -252,6 +254,7 @@ void luna__open_compose(lua_State *L) {
   int module = lua_absindex(L, -1);
   const luna__chunk *c;
   luaL_newlib(L, internal_funcs);
+  luna__open_sim_internals(L); /* the simulation group's (sim.c) */
   lua_pushliteral(L, LUNA__AWAIT_CYCLE_MSG);
   lua_setfield(L, -2, "CYCLE");
   lua_newtable(L);

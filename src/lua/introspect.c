@@ -191,6 +191,9 @@ static void write_wait(lua_State *L, FILE *out, const luna__task *t) {
   case LUNA__W_GROUP:
     fprintf(out, "waits on a group's clock (%s)", timing);
     return;
+  case LUNA__W_TICK:
+    fprintf(out, "waits for tick %lld of a simulation", (long long)t->on.timer.deadline);
+    return;
   case LUNA__W_TASK:
     fputs("waits on ", out);
     luna__push_task(L, t->on.await.target);
@@ -310,10 +313,12 @@ int luna__l_info(lua_State *L) {
     lua_setfield(L, -2, "wait");
   }
   if (wait != NULL && t->state != LUNA__READY && t->wait != LUNA__W_TASK &&
-      t->wait != LUNA__W_EXTERNAL) {
+      t->wait != LUNA__W_EXTERNAL && t->wait != LUNA__W_TICK) {
     lua_pushstring(L, luna_timing_name(t->timing));
     lua_setfield(L, -2, "timing");
   }
+  if (wait != NULL && t->wait == LUNA__W_TICK && t->state == LUNA__SUSPENDED)
+    set_int(L, "deadline", (lua_Integer)t->on.timer.deadline); /* the tick it waits for */
   if (wait != NULL && t->wait == LUNA__W_TIMER && t->state == LUNA__SUSPENDED) {
     if (t->timer_kind == LUNA_TIMER_FRAME)
       set_int(L, "deadline", (lua_Integer)t->on.timer.deadline);

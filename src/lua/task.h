@@ -65,7 +65,8 @@ typedef enum luna__state {
   X(PREDICATE, "predicate") /* wait_until / wait_while: a runner item */        \
   X(TASK, "task")           /* another task settling */                         \
   X(EXTERNAL, "external")   /* something woken through luna__wake (composition) */ \
-  X(GROUP, "group timer")   /* a delay or frame wait on a group's clock (group.c) */
+  X(GROUP, "group timer")   /* a delay or frame wait on a group's clock (group.c) */ \
+  X(TICK, "tick")           /* a simulation's tick (task.wait_tick, sim.c) */
 
 typedef enum luna__wait {
 #define LUNA__WAIT_ENUM(NAME, name) LUNA__W_##NAME,
