@@ -378,6 +378,20 @@ LUNA_API bool luna_lua_group_cancelled(lua_State *L, const luna_lua_group *g);
    it is once L is closed (release it before lua_close). */
 LUNA_API void luna_lua_group_release(lua_State *L, luna_lua_group *g);
 
+/* ---- the simulation group (lunaloop/sim.h, docs/netcode.md) ---- */
+
+/* Attaches the simulation `sim` that the host made on L's loop
+   (luna_sim_new) to the state: the Lua side becomes its state provider
+   (tables registered with sim.state, tick callbacks, timers, effects) and
+   task.sim the group over it. The state then owns the provider, not the
+   sim: closing the state detaches it, and the host still frees the sim
+   (or the loop does). Returns 0; LUNA_EINVAL for NULL arguments, a state
+   without the module's binding or a sim of another loop; LUNA_EALREADY
+   when the sim has a provider already; LUNA_ESTATE when the state could
+   not make the group (out of memory, or from inside one of the sim's
+   ticks). Loop thread. */
+LUNA_API int luna_lua_attach_sim(lua_State *L, luna_sim *sim);
+
 LUNA_END_DECLS
 
 #endif

@@ -131,218 +131,191 @@ end
 
 -- ---- the group -------------------------------------------------------------------
 
-local OPEN_OPTS = {tick_rate = true, tick = true, history = true, check_distance = true}
+-- The tick flags of lunaloop/sim.h (luna_sim_flag).
+local F_RESIM, F_FIRST, F_PARTIAL, F_CATCH_UP, F_FINAL = 1, 2, 4, 8, 16
+local POLICIES = {drop = 0, batch = 1, debt = 2, render_paced = 3, manual = 4}
+local POLICY_NAMES = {[0] = "drop", "batch", "debt", "render_paced", "manual"}
+local groups = setmetatable({}, {__mode = "k"}) -- group -> its private wait_tick
 
--- new_group(opts, core) -> the group's function table. core: nil for a
--- group the script drives (host-driven calls only), or the C simulation's
--- bridge when the core drives ticks from the frame.
-local function new_group(opts)
-  local dt
-  if opts.tick_rate ~= nil then
-    if type(opts.tick_rate) ~= "number" or not (opts.tick_rate > 0 and opts.tick_rate <= 1e6) then
-      argerror("task.sim_open", 1, "opts.tick_rate: expected a rate from 0 to 1e6 Hz, got " ..
-        show(opts.tick_rate), 3)
-    end
-    dt = 1 / opts.tick_rate
-  elseif opts.tick ~= nil then
-    if type(opts.tick) ~= "number" or not (opts.tick > 0 and opts.tick <= 3600) then
-      argerror("task.sim_open", 1, "opts.tick: expected seconds from 0 to 3600, got " ..
-        show(opts.tick), 3)
-    end
-    dt = opts.tick
-  else
-    dt = 1 / 60
-  end
-  local history = opts.history == nil and 64 or
-    check_count("task.sim_open", 1, opts.history, "opts.history: a count of ticks from 2", 2)
-  local distance = opts.check_distance == nil and 0 or
-    check_count("task.sim_open", 1, opts.check_distance, "opts.check_distance: a count of ticks >= 0", 0)
-  if distance >= history then
-    argerror("task.sim_open", 1, format("opts.check_distance: expected less than the history (%d), got %d",
-      history, distance), 2)
-  end
-
+-- new_group(br) -> the group's function table over bridge br (src/lua/sim.c),
+-- which it becomes the state provider of.
+local function new_group(br)
+  local cfg = br:config()
+  local tick_ns, history = cfg.tick_ns, cfg.history
+  local dt = tick_ns / 1e9
   local sim = {}
   local Timer, Random = {}, {}
   local TimerMT = {__index = Timer, __name = "lunaloop.SimTimer", __metatable = "lunaloop.SimTimer"}
   local RandomMT = {__index = Random, __name = "lunaloop.SimRandom", __metatable = "lunaloop.SimRandom"}
   local classes = {[TimerMT] = 1, [RandomMT] = 2, TimerMT, RandomMT}
-  local PARTIAL, SCRATCH = history, history + 1 -- the two slots past the ring
-  local store = sim_store(history + 2, classes)
+  local store = sim_store(history + 2, classes) -- the core's slots: the ring, partial, check
   local sys = {tick = 0, rng = {}}
   local roots = {[SYS] = sys}
   local regs = {} -- the tick callbacks, sorted; replaced, never changed
   local slot_regs = {}
-  local newest = 0 -- the newest tick fully simulated (the present)
   local cur -- the tick being simulated, or nil
-  local partial_regs -- while a partial tick's state is live: the callbacks before it
-  local alpha = 0
+  local just_first -- the tick just simulated for the first time, until it is saved
   local fired = {} -- [tick] = {[key] = true}: effects run (not rolled back)
   local pending = {} -- [tick] = {keys in order, [key] = packed call}: confirm effects
-  local confirmed = 0
-  local waiters = {} -- tasks in task.wait_tick, {task, target}
+  local waiters = {} -- tasks in task.wait_tick, {task, target, seq}
+  local wait_seq = setmetatable({}, {__mode = "k"}) -- task -> its current wait's number
   local seq = 0
-  local sync = {checks = 0, mismatches = 0, first = nil}
+  local first_mismatch
   local t = {} -- the tick table handed to callbacks, refilled per tick
-  local bridge -- the core's simulation, when one drives this group
+  local closed = false
 
-  local function now() return cur or sys.tick end
-
-  -- ---- snapshots ----------------------------------------------------------------
-
-  local function save(tick)
-    local slot = tick % history
-    local sum = store:save(slot, roots, tick, "sim")
-    slot_regs[slot] = regs
-    return sum
+  local function now()
+    if cur then return cur end
+    return br:tick()
   end
 
-  -- Puts the state from before a partial tick back.
-  local function undo_partial()
-    if partial_regs then
-      store:load(PARTIAL, roots)
-      regs, partial_regs = partial_regs, nil
-    end
-  end
+  -- ---- the state provider (lunaloop/sim.h), called by the core ---------------
 
-  local function history_text()
-    local lo, hi
-    for s = 0, history - 1 do
-      local k = store:info(s)
-      if k then
-        lo = (lo == nil or k < lo) and k or lo
-        hi = (hi == nil or k > hi) and k or hi
-      end
-    end
-    return lo and format("the history holds ticks %d to %d", lo, hi) or "the history is empty"
-  end
+  local P = {}
 
-  local function load(tick)
-    local slot = tick % history
-    if store:info(slot) ~= tick then
-      return nil, format("no snapshot of tick %d (%s)", tick, history_text())
-    end
-    partial_regs = nil
-    store:load(slot, roots)
-    regs = slot_regs[slot]
-    alpha = 0
-    -- Confirm effects of the ticks rolled back are dropped: the ticks'
-    -- next simulation records them again, or not.
-    for k in pairs(pending) do if k > tick then pending[k] = nil end end
-    return tick
-  end
-
-  -- ---- ticks ----------------------------------------------------------------------
-
-  local function call_all(list)
-    for i = 1, #list do sim_call(list[i].fn, t, "sim.on_tick callback") end
-  end
-
-  -- Runs tick `tick` with the flags given; the callbacks see cur = tick.
-  local function run_tick(tick, tdt, batch, partial, catch_up, final)
-    t.tick, t.dt, t.batch = tick, tdt, batch
-    t.first = not partial and tick > newest
-    t.resimulating = not partial and tick <= newest
-    t.partial, t.catch_up, t.final = partial, catch_up, final
-    cur = tick
-    local ok, err = pcall(call_all, regs)
-    cur = nil
-    if not ok then error(err, 0) end
-  end
-
-  local wait_seq
-  -- Wakes the tasks whose tick came, in the order they began to wait
-  -- (an entry whose task waits again, or no more, is dropped).
-  local function wake_waiters()
+  -- Wakes the tasks whose tick came, in the order they began to wait (an
+  -- entry whose task waits again, or no more, is dropped).
+  local function wake_waiters(head)
     local due, keep = {}, {}
     for i = 1, #waiters do
       local w = waiters[i]
       if wait_seq[w[1]] ~= w[3] then -- stale
-      elseif w[2] <= newest then due[#due + 1] = w
+      elseif w[2] <= head then due[#due + 1] = w
       else keep[#keep + 1] = w end
     end
     waiters = keep
     for i = 1, #due do
       wait_seq[due[i][1]] = nil
-      sim_wake(due[i][1], newest)
+      sim_wake(due[i][1], head)
     end
   end
 
-  local sync_check, edit_regs
-
-  -- One full tick after the present state (the next tick number); k > 1:
-  -- a batched step covering k ticks. Returns its checksum.
-  local function full_tick(batch, catch_up, final, checking)
-    undo_partial()
-    alpha = 0
-    local tick = sys.tick + batch
-    local first = tick > newest
-    run_tick(tick, dt * batch, batch, false, catch_up, final)
+  function P.save(tick, slot)
     sys.tick = tick
-    local ok, sum = pcall(save, tick)
-    if not ok then
-      -- The state cannot be saved (a value a snapshot cannot hold): back
-      -- to the tick before, so that the group stays consistent.
-      if store:info((tick - batch) % history) == tick - batch then load(tick - batch) end
-      error(sum, 0)
-    end
-    if first then
-      newest = tick
+    local sum = store:save(slot, roots, tick, "sim")
+    slot_regs[slot] = regs
+    if tick == just_first then
+      just_first = nil
       fired[tick - history - 1] = nil
-      if #waiters > 0 then wake_waiters() end
-      if distance > 0 and not checking then sum = sync_check(tick, sum) end
+      if #waiters > 0 then wake_waiters(tick) end
     end
     return sum
   end
 
-  local function resimulate(to)
-    local sum
-    while sys.tick < to do sum = full_tick(1, false, sys.tick + 1 == to, true) end
-    return sum
+  function P.load(tick, slot)
+    if not store:load(slot, roots) then error("sim: slot " .. slot .. " holds no snapshot", 0) end
+    regs = slot_regs[slot] or regs
+    -- Confirm effects of the ticks rolled back are dropped: the ticks'
+    -- next simulation records them again, or not.
+    for k in pairs(pending) do if k > tick then pending[k] = nil end end
   end
 
-  -- The sync-test: tick `tick` was just simulated for the first time with
-  -- checksum `sum`; roll back `distance` ticks, simulate them again and
-  -- compare.
-  function sync_check(tick, sum)
-    local back = tick - distance
-    if back < 0 or store:info(back % history) ~= back then return sum end
-    store:copy(tick % history, SCRATCH)
-    load(back)
-    local again = resimulate(tick)
-    sync.checks = sync.checks + 1
-    if again ~= sum then
-      sync.mismatches = sync.mismatches + 1
-      if sync.mismatches == 1 then
-        local path, a, b = root_difference(store:decode(SCRATCH), store:decode(tick % history))
-        local where = path and format("at %s: %s the first time, %s after rolling back",
-          path, show(a), show(b)) or "(the snapshots decode equal: a float that is NaN?)"
-        sync.first = {tick = tick, path = path}
-        sim_report(format("sim sync-test: tick %d differs when re-simulated from tick %d, %s " ..
-          "(state the callbacks keep outside sim.state: an upvalue, a global, math.random?)",
-          tick, back, where), "sim sync-test")
+  function P.discard(_, slot)
+    store:clear(slot)
+    slot_regs[slot] = nil
+  end
+
+  local function call_all(list)
+    for i = 1, #list do sim_call(list[i].fn, t, "sim.on_tick callback") end
+  end
+
+  function P.tick(tick, tdt, batch, flags)
+    t.tick, t.dt, t.batch, t.flags = tick, tdt, batch, flags
+    t.resimulating = flags & F_RESIM ~= 0
+    t.first = flags & F_FIRST ~= 0
+    t.partial = flags & F_PARTIAL ~= 0
+    t.catch_up = flags & F_CATCH_UP ~= 0
+    t.final = flags & F_FINAL ~= 0
+    cur = tick
+    local ok, err = pcall(call_all, regs)
+    cur = nil
+    if t.first then just_first = tick end
+    if not ok then error(err, 0) end
+  end
+
+  function P.export(_, slot)
+    return store:bytes(slot) or error("sim: slot " .. slot .. " holds no snapshot", 0)
+  end
+
+  function P.import(tick, slot, bytes)
+    local sum, msg = store:put(slot, bytes, tick)
+    if sum then slot_regs[slot] = regs end
+    return sum, msg and "sim.import: " .. msg
+  end
+
+  local function run_confirmed(upto)
+    local ticks = {}
+    for k in pairs(pending) do if k <= upto then ticks[#ticks + 1] = k end end
+    sort(ticks)
+    for _, k in ipairs(ticks) do
+      local p = pending[k]
+      pending[k] = nil
+      local done = fired[k]
+      if not done then done = {}; fired[k] = done end
+      for _, key in ipairs(p) do
+        if not done[key] then
+          done[key] = true
+          local c = p[key]
+          local ok, err = pcall(c[1], unpack(c, 2, c.n))
+          if not ok then sim_report(err, "sim.effect") end
+        end
       end
     end
-    return again
+  end
+  P.confirm = run_confirmed
+
+  -- The first mismatch is reported; the later ones are counted
+  -- (sim.stats().mismatches): one bug makes every tick after it differ.
+  function P.mismatch(tick, expected_slot, actual_slot)
+    if first_mismatch then return end
+    local path, a, b = root_difference(store:decode(expected_slot), store:decode(actual_slot))
+    first_mismatch = {tick = tick, path = path}
+    local cfg_now = br:config()
+    local where = path and format("at %s: %s the first time, %s after rolling back",
+      path, show(a), show(b)) or "(the snapshots decode equal: a NaN?)"
+    local _, head = br:info()
+    sim_report(format("sim sync-test: tick %d differs when re-simulated from tick %d " ..
+      "(checking tick %d), %s (state the callbacks keep outside sim.state: an upvalue, a " ..
+      "global, math.random?; later mismatches are counted in sim.stats().mismatches)",
+      tick, head - cfg_now.check_distance, head, where), "sim sync-test")
   end
 
   -- ---- the group's functions ----------------------------------------------------
 
-  -- The snapshots taken so far lack what was just added outside a tick (a
-  -- state, a generator): the history starts again at the present state.
-  local function restart()
-    for s = 0, history - 1 do store:clear(s) end
-    for k in pairs(pending) do if k > sys.tick then pending[k] = nil end end
-    newest = sys.tick
-    save(sys.tick)
+  local function check_open(fname)
+    if closed then error(fname .. ": the simulation was closed", 3) end
   end
 
   local function check_host(fname)
-    if cur ~= nil then error(fname .. ": called from a tick callback", 3) end
+    check_open(fname)
+    if cur ~= nil then error(fname .. ": called from a tick callback (roll back between ticks)", 3) end
+  end
+
+  -- Raises the error of a host operation that failed, at the caller.
+  local function host(fname, ok, msg, ...)
+    if ok == nil then error(fname .. ": " .. msg, 3) end
+    return ok, msg, ...
+  end
+
+  local function history_text()
+    local tick, _, _, oldest = br:info()
+    return oldest and format("the history holds ticks %d to %d", oldest, tick) or "the history is empty"
+  end
+
+  local function no_snapshot(tick)
+    return nil, format("no snapshot of tick %d (%s)", tick, history_text())
+  end
+
+  -- What sim.state and sim.random add outside a tick is in no snapshot
+  -- taken so far: the history starts again at the present tick.
+  local function restart()
+    for k in pairs(pending) do if k > br:tick() then pending[k] = nil end end
+    br:restart()
   end
 
   -- sim.state(name, tbl) -> tbl
   function sim.state(name, tbl)
+    check_open("sim.state")
     if type(name) ~= "string" or name == "" then
       argerror("sim.state", 1, "expected a name (a non-empty string), got " .. show(name))
     end
@@ -352,10 +325,10 @@ local function new_group(opts)
     local ok, err = pcall(store.check, store, tbl, "sim.state", name)
     if not ok then error(err, 2) end
     if roots[name] ~= tbl then
-      check_host("sim.state")
-      undo_partial()
+      if cur ~= nil then error("sim.state: called from a tick callback (register states outside ticks)", 2) end
       roots[name] = tbl
-      restart()
+      local rok, rerr = pcall(restart)
+      if not rok then roots[name] = nil; error(rerr, 2) end
     end
     return tbl
   end
@@ -369,25 +342,24 @@ local function new_group(opts)
   -- a tick, the change is the present's only (a load of an earlier tick
   -- undoes it); outside, it is made to every snapshot too (setting up is
   -- not rolled back).
-  function edit_regs(edit)
+  local function edit_regs(edit)
     if cur ~= nil then
       regs = edit(regs)
       return
     end
     local done = {}
     local function redo(list)
-      if list == nil then return nil end
       local new = done[list]
       if not new then new = edit(list); done[list] = new end
       return new
     end
     regs = redo(regs)
-    partial_regs = redo(partial_regs)
     for slot, list in pairs(slot_regs) do slot_regs[slot] = redo(list) end
   end
 
   -- sim.on_tick(fn [, opts]) -> handle
   function sim.on_tick(fn, opts)
+    check_open("sim.on_tick")
     if type(fn) ~= "function" then argerror("sim.on_tick", 1, "expected a function, got " .. type(fn)) end
     opts = check_options("sim.on_tick", 2, opts, {priority = true})
     local prio = opts.priority or 0
@@ -417,20 +389,58 @@ local function new_group(opts)
   end
 
   -- sim.tick() -> the tick being simulated (inside a tick callback), else
-  -- the tick the state is at.
+  -- the tick the state belongs to.
   function sim.tick() return now() end
 
-  -- sim.newest() -> the newest tick ever fully simulated (the present).
-  function sim.newest() return newest end
+  -- sim.newest() -> the head: the newest tick ever fully simulated.
+  function sim.newest()
+    local _, head = br:info()
+    return head
+  end
+
+  -- sim.confirmed() -> the newest confirmed tick.
+  function sim.confirmed()
+    local _, _, confirmed = br:info()
+    return confirmed
+  end
+
+  -- sim.history() -> oldest, newest tick the history holds (nil when empty).
+  function sim.history()
+    local tick, _, _, oldest = br:info()
+    if oldest == nil then return nil end
+    return oldest, tick
+  end
 
   -- sim.alpha() -> the fraction of the next tick already accumulated.
-  function sim.alpha()
-    if bridge then return bridge.alpha() end
-    return alpha
-  end
+  function sim.alpha() return br:alpha() end
 
   -- sim.dt() -> the tick length in seconds.
   function sim.dt() return dt end
+
+  -- sim.stats() -> the core's counters (luna_sim_stats).
+  function sim.stats()
+    check_open("sim.stats")
+    local st = br:stats()
+    st.first_mismatch = first_mismatch and {tick = first_mismatch.tick, path = first_mismatch.path}
+    return st
+  end
+
+  -- sim.config() -> the settings in effect.
+  function sim.config()
+    check_open("sim.config")
+    local c = br:config()
+    c.policy = POLICY_NAMES[c.policy]
+    c.tick = c.tick_ns / 1e9
+    return c
+  end
+
+  -- sim.set_rate_scale(scale): the clock stretch.
+  function sim.set_rate_scale(scale)
+    check_open("sim.set_rate_scale")
+    if type(scale) ~= "number" or not br:set_rate_scale(scale) then
+      argerror("sim.set_rate_scale", 1, "expected a scale from 0 to 16, got " .. show(scale))
+    end
+  end
 
   -- sim.timer(ticks) -> a timer that expires `ticks` ticks from now.
   function sim.timer(ticks)
@@ -445,21 +455,24 @@ local function new_group(opts)
 
   -- sim.random(seed) -> a generator (splitmix64) whose state is in the snapshot.
   function sim.random(seed)
+    check_open("sim.random")
     if mtype(seed) ~= "integer" then
       argerror("sim.random", 1, "expected an integer seed, got " .. show(seed))
     end
     local r = setmetatable({s = seed}, RandomMT)
-    undo_partial()
     sys.rng[#sys.rng + 1] = r
-    if cur == nil then restart() end
+    if cur == nil then
+      local ok, err = pcall(restart)
+      if not ok then sys.rng[#sys.rng] = nil; error(err, 2) end
+    end
     return r
   end
   local function next64(r)
-    local s = r.s + 0x9e3779b97f4a7c15
-    r.s = s
-    s = (s ~ (s >> 30)) * 0xbf58476d1ce4e5b9
-    s = (s ~ (s >> 27)) * 0x94d049bb133111eb
-    return s ~ (s >> 31)
+    local x = r.s + 0x9e3779b97f4a7c15
+    r.s = x
+    x = (x ~ (x >> 30)) * 0xbf58476d1ce4e5b9
+    x = (x ~ (x >> 27)) * 0x94d049bb133111eb
+    return x ~ (x >> 31)
   end
   Random.next = next64
   function Random:float() return (next64(self) >> 11) * 0x1p-53 end
@@ -488,13 +501,11 @@ local function new_group(opts)
     if type(fn) ~= "function" then
       argerror("sim.effect", args, "expected a function, got " .. type(fn))
     end
-    if cur == nil then
-      error("sim.effect: called outside a tick callback", 2)
-    end
+    if cur == nil then error("sim.effect: called outside a tick callback", 2) end
     if t.partial then return false end
     local done = fired[cur]
     if done and done[key] then return false end
-    if confirm and cur > confirmed then
+    if confirm and cur > sim.confirmed() then
       local p = pending[cur]
       if not p then p = {}; pending[cur] = p end
       if not p[key] then p[#p + 1] = key end
@@ -510,188 +521,243 @@ local function new_group(opts)
   -- sim.confirm(tick): ticks up to `tick` will not be rolled back: their
   -- confirm effects run, in tick then first-record order.
   function sim.confirm(tick)
+    check_host("sim.confirm")
     tick = check_count("sim.confirm", 1, tick, "a tick number >= 0", 0)
-    if tick <= confirmed then return end
-    local ticks = {}
-    for k in pairs(pending) do if k <= tick then ticks[#ticks + 1] = k end end
-    sort(ticks)
-    confirmed = tick
-    for _, k in ipairs(ticks) do
-      local p = pending[k]
-      pending[k] = nil
-      local done = fired[k]
-      if not done then done = {}; fired[k] = done end
-      for _, key in ipairs(p) do
-        if not done[key] then
-          done[key] = true
-          local c = p[key]
-          local ok, err = pcall(c[1], unpack(c, 2, c.n))
-          if not ok then sim_report(err, "sim.effect") end
-        end
-      end
+    if tick > br:tick() then
+      argerror("sim.confirm", 1, format("expected a tick up to the current tick %d, got %d", br:tick(), tick))
     end
+    host("sim.confirm", br:confirm(tick))
   end
-
-  -- sim.confirmed() -> the newest confirmed tick
-  function sim.confirmed() return confirmed end
 
   -- sim.step([n]) -> checksum: simulates n ticks (default 1) after the present state.
   function sim.step(n)
     check_host("sim.step")
     n = n == nil and 1 or check_count("sim.step", 1, n, "a count of ticks >= 1", 1)
     local sum
-    for i = 1, n do sum = full_tick(1, false, i == n) end
+    for i = 1, n do
+      local before = br:tick()
+      local ok, a, b = pcall(br.step, br, i == n and F_FINAL or 0)
+      if ok and a == nil then error("sim.step: " .. b, 2) end
+      if not ok then
+        -- The tick ran but could not be saved: back to the tick before,
+        -- so that the group stays consistent, and the error at the call.
+        if br:tick() ~= before and br:checksum(before) then br:load(before) end
+        error(a, 2)
+      end
+      sum = a
+    end
     return sum
   end
 
   -- sim.save() -> checksum: the snapshot of the current tick, taken again.
   function sim.save()
     check_host("sim.save")
-    undo_partial()
-    return save(sys.tick)
+    return (host("sim.save", br:save()))
   end
 
   -- sim.load(tick) -> tick | nil, msg
   function sim.load(tick)
     check_host("sim.load")
     tick = check_count("sim.load", 1, tick, "a tick number >= 0", 0)
-    return load(tick)
+    local confirmed = sim.confirmed()
+    if tick < confirmed then
+      return nil, format("tick %d is before the confirmed tick %d", tick, confirmed)
+    end
+    if not br:checksum(tick) then return no_snapshot(tick) end
+    return (host("sim.load", br:load(tick)))
   end
 
-  -- sim.resimulate([to]) -> checksum: simulates again up to `to` (default the present).
-  function sim.resimulate(to)
+  -- sim.resimulate([from]) -> ticks run | nil, msg: loads tick `from`
+  -- (default the current tick) and simulates again up to the head.
+  function sim.resimulate(from)
     check_host("sim.resimulate")
-    to = to == nil and newest or check_count("sim.resimulate", 1, to, "a tick number >= 0", 0)
-    undo_partial()
-    return resimulate(to) or store:check(roots)
+    from = from == nil and br:tick() or check_count("sim.resimulate", 1, from, "a tick number >= 0", 0)
+    local confirmed = sim.confirmed()
+    if from < confirmed then
+      return nil, format("tick %d is before the confirmed tick %d", from, confirmed)
+    end
+    if not br:checksum(from) then return no_snapshot(from) end
+    return (host("sim.resimulate", br:resimulate(from)))
   end
 
-  -- sim.partial(fraction) -> checksum of the partial state: runs the next
-  -- tick for `fraction` of its length; undone before the next full tick.
+  -- sim.partial([fraction]) -> true | false: runs the next tick for
+  -- `fraction` of its length (default alpha); undone before the next full
+  -- tick. false when the fraction is 0 (nothing to run).
   function sim.partial(fraction)
     check_host("sim.partial")
-    if type(fraction) ~= "number" or not (fraction >= 0 and fraction < 1) then
-      argerror("sim.partial", 1, "expected a fraction from 0 to below 1, got " .. show(fraction))
+    local ns
+    if fraction == nil then
+      ns = floor(br:alpha() * tick_ns + 0.5)
+    else
+      if type(fraction) ~= "number" or not (fraction > 0 and fraction <= 1) then
+        argerror("sim.partial", 1, "expected a fraction above 0 and at most 1, got " .. show(fraction))
+      end
+      ns = floor(fraction * tick_ns + 0.5)
     end
-    undo_partial()
-    store:save(PARTIAL, roots, sys.tick, "sim")
-    partial_regs = regs
-    run_tick(sys.tick + 1, dt * fraction, 1, true, false, true)
-    alpha = fraction
-    return store:check(roots)
+    if ns <= 0 then return false end
+    if ns > tick_ns then ns = tick_ns end
+    host("sim.partial", br:partial(ns))
+    return true
   end
 
   -- sim.checksum([tick]) -> the checksum of the live state, or of a saved tick.
   function sim.checksum(tick)
+    check_open("sim.checksum")
     if tick == nil then return store:check(roots) end
     tick = check_count("sim.checksum", 1, tick, "a tick number >= 0", 0)
-    local at, sum = store:info(tick % history)
-    if at ~= tick then return nil, format("no snapshot of tick %d (%s)", tick, history_text()) end
+    local sum = br:checksum(tick)
+    if not sum then return no_snapshot(tick) end
     return sum
   end
 
   -- sim.diff(a, b) -> path, value in a, value in b | nil: the first
   -- difference between the snapshots of ticks a and b.
   function sim.diff(a, b)
+    check_open("sim.diff")
     a = check_count("sim.diff", 1, a, "a tick number >= 0", 0)
     b = check_count("sim.diff", 2, b, "a tick number >= 0", 0)
     for _, k in ipairs({a, b}) do
-      if store:info(k % history) ~= k then
-        return error(format("sim.diff: no snapshot of tick %d (%s)", k, history_text()), 2)
-      end
+      if not br:checksum(k) then error("sim.diff: " .. select(2, no_snapshot(k)), 2) end
     end
     return root_difference(store:decode(a % history), store:decode(b % history))
   end
 
-  -- sim.export([tick]) -> bytes: a snapshot (the live state by default).
+  -- sim.export([tick]) -> bytes | nil, msg: the snapshot of a saved tick
+  -- (default the current one).
   function sim.export(tick)
-    local slot
-    if tick == nil then
-      store:save(SCRATCH, roots, sys.tick, "sim.export")
-      slot = SCRATCH
-    else
-      tick = check_count("sim.export", 1, tick, "a tick number >= 0", 0)
-      slot = tick % history
-      if store:info(slot) ~= tick then
-        return nil, format("no snapshot of tick %d (%s)", tick, history_text())
-      end
-    end
-    return spack(HEADER, MAGIC, (store:info(slot))) .. store:bytes(slot)
+    check_open("sim.export")
+    tick = tick == nil and br:tick() or check_count("sim.export", 1, tick, "a tick number >= 0", 0)
+    if not br:checksum(tick) then return no_snapshot(tick) end
+    return spack(HEADER, MAGIC, tick) .. host("sim.export", br:export(tick))
   end
 
-  -- sim.import(bytes) -> tick | nil, msg: makes the snapshot the live
-  -- state (and the history's entry for its tick).
-  function sim.import(bytes)
+  -- sim.import(bytes [, opts]) -> tick, checksum | nil, msg: stores the
+  -- snapshot in the history as its tick's; {load = true} also loads it.
+  function sim.import(bytes, opts)
     check_host("sim.import")
     if type(bytes) ~= "string" then argerror("sim.import", 1, "expected a string, got " .. type(bytes)) end
+    opts = check_options("sim.import", 2, opts, {load = true})
     local hsize = #spack(HEADER, MAGIC, 0)
     if #bytes <= hsize or sub(bytes, 1, #MAGIC) ~= MAGIC then
       return nil, "sim.import: the bytes are not a snapshot made by sim.export"
     end
     local _, tick = sunpack(HEADER, bytes)
     if tick < 0 then return nil, "sim.import: the snapshot's tick is negative" end
-    local sum, msg = store:put(tick % history, sub(bytes, hsize + 1), tick)
-    if not sum then return nil, "sim.import: " .. msg end
-    slot_regs[tick % history] = regs
-    load(tick)
-    if tick > newest then newest = tick end
-    return tick
-  end
-
-  -- sim.history() -> the oldest and newest ticks the history holds (nil when empty)
-  function sim.history()
-    local lo, hi
-    for s = 0, history - 1 do
-      local k = store:info(s)
-      if k then
-        lo = (lo == nil or k < lo) and k or lo
-        hi = (hi == nil or k > hi) and k or hi
-      end
+    local ok, sum = pcall(br.import, br, tick, sub(bytes, hsize + 1))
+    if not ok then return nil, sum end
+    if sum == nil then return nil, "sim.import: the bytes are not a snapshot (damaged, or not made by sim.export)" end
+    if opts.load then
+      local loaded, msg = sim.load(tick)
+      if not loaded then return nil, msg end
     end
-    return lo, hi
-  end
-
-  -- sim.sync_stats() -> {checks, mismatches, first = {tick, path} | nil}
-  function sim.sync_stats()
-    return {checks = sync.checks, mismatches = sync.mismatches,
-      first = sync.first and {tick = sync.first.tick, path = sync.first.path}}
+    return tick, sum
   end
 
   -- wait_tick(n, what, level): level positions the await errors (as error()).
-  wait_seq = setmetatable({}, {__mode = "k"}) -- task -> its current wait's number
   local function wait_tick(n, what, level)
+    check_open(what)
     n = n == nil and 1 or check_count(what, 1, n, "a count of ticks >= 0", 0)
-    local target = newest + n
+    local target = sim.newest() + n
     local me = sim_suspend(target, what, level) -- raises when the caller cannot await
-    if n == 0 then return newest end
+    if n == 0 then return target end
     seq = seq + 1
     wait_seq[me] = seq
     waiters[#waiters + 1] = {me, target, seq}
     return sim_suspend(target, what)
   end
-  sim._wait_tick = wait_tick
+  groups[sim] = wait_tick
 
   -- sim.wait_tick([n]) -> tick: the calling task waits until n more ticks
   -- (default 1) were simulated for the first time.
   function sim.wait_tick(n) return wait_tick(n, "sim.wait_tick", 3) end
 
-  -- The save state that the snapshot of tick 0 is: a load(0) works.
-  save(0)
+  -- sim.close(): frees a simulation task.sim_open made (the host's: stops
+  -- providing its state); the group's functions raise afterwards.
+  function sim.close()
+    if closed then return end
+    check_host("sim.close")
+    br:close()
+    closed = true
+    if M.sim == sim then M.sim = nil end
+  end
+
+  br:attach(P)
+  br:save() -- the present is tick 0's snapshot (or the host's current tick's)
   return sim
 end
 
--- task.sim_open([opts]) -> sim: a simulation group the script drives
--- (sim.step, sim.load, ...). The first one opened becomes task.sim.
+local OPEN_OPTS = {tick_rate = true, tick = true, history = true, check_distance = true,
+  policy = true, max_ticks = true, max_batch = true, max_debt = true, rate_scale = true,
+  timing = true}
+
+-- task.sim_open([opts]) -> sim: a simulation on the state's loop (one per
+-- loop), driven by the frames at its timing pair and by the script
+-- (sim.step, sim.load ...). It becomes task.sim.
 function M.sim_open(opts)
   opts = check_options("task.sim_open", 1, opts, OPEN_OPTS)
-  local sim = new_group(opts)
-  if M.sim == nil then M.sim = sim end
+  local c = {}
+  local function bad(key, expected)
+    argerror("task.sim_open", 1, format("opts.%s: expected %s, got %s", key, expected, show(opts[key])), 3)
+  end
+  if opts.tick_rate ~= nil and opts.tick ~= nil then
+    argerror("task.sim_open", 1, "opts.tick_rate and opts.tick: give one of them", 2)
+  end
+  if opts.tick_rate ~= nil then
+    local r = opts.tick_rate
+    if type(r) ~= "number" or not (r >= 1e-3 and r <= 1e6) then bad("tick_rate", "a rate from 0.001 to 1e6 Hz") end
+    c.tick_ns = floor(1e9 / r + 0.5)
+  elseif opts.tick ~= nil then
+    local s = opts.tick
+    if type(s) ~= "number" or not (s >= 1e-6 and s <= 1000) then bad("tick", "seconds from 1e-6 to 1000") end
+    c.tick_ns = floor(s * 1e9 + 0.5)
+  end
+  local function count(key, min, max)
+    local v = opts[key]
+    if v == nil then return nil end
+    if mtype(v) ~= "integer" or v < min or v > max then
+      bad(key, format("an integer from %d to %d", min, max))
+    end
+    return v
+  end
+  c.history = count("history", 2, 65536)
+  c.check_distance = count("check_distance", 0, 65535)
+  c.max_ticks = count("max_ticks", 1, 65536)
+  c.max_batch = count("max_batch", 1, 65536)
+  c.max_debt = count("max_debt", 1, 65536)
+  if c.check_distance and c.check_distance >= (c.history or 64) then
+    bad("check_distance", format("less than the history (%d)", c.history or 64))
+  end
+  if opts.policy ~= nil then
+    c.policy = POLICIES[opts.policy]
+    if not c.policy then bad("policy", '"drop", "batch", "debt", "render_paced" or "manual"') end
+  end
+  if opts.rate_scale ~= nil then
+    local v = opts.rate_scale
+    if type(v) ~= "number" or not (v >= 0 and v <= 16) then bad("rate_scale", "a scale from 0 to 16") end
+    c.rate_scale = v
+  end
+  if opts.timing ~= nil then
+    for i, name in ipairs(M.timings) do
+      if name == opts.timing and i % 2 == 1 then c.timing = i - 1 end
+    end
+    if c.timing == nil or c.timing == 0 then bad("timing", "the first timing of a pair (\"FixedUpdate\", ...)") end
+  end
+  local br, msg = I.sim_new(c)
+  if not br then error("task.sim_open: " .. msg, 2) end
+  local sim = new_group(br)
+  M.sim = sim
   return sim
 end
 
 -- task.wait_tick([n] [, sim]) -> tick: waits for n ticks of sim (default task.sim).
 function M.wait_tick(n, sim)
   sim = sim or M.sim
-  if sim == nil then error("task.wait_tick: no simulation (task.sim is nil; open one with task.sim_open)", 2) end
-  return sim._wait_tick(n, "task.wait_tick", 3)
+  local wait = groups[sim]
+  if wait == nil then
+    error("task.wait_tick: no simulation (task.sim is nil: open one with task.sim_open)", 2)
+  end
+  return wait(n, "task.wait_tick", 3)
 end
+
+-- The host attached a sim (luna_lua_attach_sim): task.sim is its group.
+I.sim_set_attach(function(br) M.sim = new_group(br) end)
