@@ -31,6 +31,7 @@ local argerror, number_text = P.argerror, P.number_text
 local sim_call, sim_report, sim_store, sim_calling = I.sim_call, I.sim_report, I.sim_store,
   I.sim_calling
 local sim_suspend, sim_wake = I.sim_suspend, I.sim_wake
+local task_on = M.on
 
 local SYS = true -- the root key of the group's own data
 local MAGIC = "lunaloop-sim\1"
@@ -190,6 +191,22 @@ local function new_group(br)
     end
   end
 
+  -- Tasks in wait_tick are woken between ticks, never inside the core's
+  -- callbacks (where the sim's tick, checksum and operations are not
+  -- settled yet): by the host operation that ran the tick (sim.step ...)
+  -- once it returns, or by a callback at the sim's timing (after the
+  -- tick's save, in the run that follows it) that exists while tasks wait.
+  local wake_due -- the head, when a first tick was saved and tasks wait
+  local wake_item
+  local function wake_now()
+    if wake_due then
+      local head = wake_due
+      wake_due = nil
+      wake_waiters(head)
+    end
+    if wake_item and #waiters == 0 then wake_item:remove(); wake_item = nil end
+  end
+
   function P.save(tick, slot)
     sys.tick = tick
     local sum = store:save(slot, roots, tick, "sim")
@@ -197,7 +214,7 @@ local function new_group(br)
     if tick == just_first then
       just_first = nil
       fired[tick - history - 1] = nil
-      if #waiters > 0 then wake_waiters(tick) end
+      if #waiters > 0 then wake_due = tick end
     end
     return sum
   end
@@ -546,6 +563,7 @@ local function new_group(br)
       end
       sum = a
     end
+    wake_now()
     return sum
   end
 
@@ -577,7 +595,9 @@ local function new_group(br)
       return nil, format("tick %d is before the confirmed tick %d", from, confirmed)
     end
     if not br:checksum(from) then return no_snapshot(from) end
-    return (host("sim.resimulate", br:resimulate(from)))
+    local ran, msg = host("sim.resimulate", br:resimulate(from))
+    wake_now()
+    return ran, msg
   end
 
   -- sim.partial([fraction]) -> true | false: runs the next tick for
@@ -663,6 +683,7 @@ local function new_group(br)
     seq = seq + 1
     wait_seq[me] = seq
     waiters[#waiters + 1] = {me, target, seq}
+    if not wake_item then wake_item = task_on(cfg.timing, wake_now, {priority = "high"}) end
     return sim_suspend(target, what)
   end
   groups[sim] = wait_tick
@@ -676,6 +697,7 @@ local function new_group(br)
   function sim.close()
     if closed then return end
     check_host("sim.close")
+    if wake_item then wake_item:remove(); wake_item = nil end
     br:close()
     closed = true
     if M.sim == sim then M.sim = nil end

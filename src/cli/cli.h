@@ -84,6 +84,10 @@ typedef struct luna_run_options {
   long long seed;
   const char *trace;      /* --trace FILE: a Chrome trace of the run, or NULL */
   bool roblox;            /* --roblox: the global task is require "lunaloop.roblox" */
+  bool has_sim;           /* --sim-tick-rate given: a simulation is attached (task.sim) */
+  luna_ns sim_tick_ns;    /* its tick, round(1e9 / rate) */
+  int sim_check;          /* --sim-check D: the sync-test's check distance, 0: off */
+  int sim_history;        /* --sim-history N: ticks kept, 0: the default (64) */
   int script;             /* index of SCRIPT in the argv given to the parser */
 } luna_run_options;
 

@@ -9,12 +9,15 @@
 
 #include "cli.h"
 
-enum { OPT_TRACE = LUNA__OPT_OWN, OPT_ROBLOX };
+enum { OPT_TRACE = LUNA__OPT_OWN, OPT_ROBLOX, OPT_SIM_TICK_RATE, OPT_SIM_CHECK, OPT_SIM_HISTORY };
 
 static const struct option long_options[] = {
   LUNA__CLI_FRAME_OPTIONS,
   {"trace", required_argument, NULL, OPT_TRACE},
   {"roblox", no_argument, NULL, OPT_ROBLOX},
+  {"sim-tick-rate", required_argument, NULL, OPT_SIM_TICK_RATE},
+  {"sim-check", required_argument, NULL, OPT_SIM_CHECK},
+  {"sim-history", required_argument, NULL, OPT_SIM_HISTORY},
   {"help", no_argument, NULL, 'h'},
   {NULL, 0, NULL, 0}
 };
@@ -92,6 +95,30 @@ static int parse_options(int argc, char **argv, luna_run_options *opts, bool rep
       opts->roblox = true;
       continue;
     }
+    if (c == OPT_SIM_TICK_RATE || c == OPT_SIM_CHECK || c == OPT_SIM_HISTORY) {
+      long long n = 0;
+      if (repl)
+        return luna__cli_usage_error("repl: --%s is an option of run only", name);
+      if (c == OPT_SIM_TICK_RATE) {
+        /* the tick length as the sim takes it: 1 ns to LUNA_SIM_TICK_NS_MAX */
+        if (!luna__cli_parse_rate(optarg, NULL, &opts->sim_tick_ns) || opts->sim_tick_ns <= 0 ||
+            opts->sim_tick_ns > LUNA_SIM_TICK_NS_MAX)
+          return luna__cli_bad_value(name, optarg, "a tick rate in Hz from 1 to 1e9");
+        opts->has_sim = true;
+        continue;
+      }
+      if (!luna__cli_parse_integer(optarg, false, &n) ||
+          n > (c == OPT_SIM_CHECK ? LUNA_SIM_HISTORY_MAX - 1 : LUNA_SIM_HISTORY_MAX) ||
+          (c == OPT_SIM_HISTORY && n < 2))
+        return luna__cli_bad_value(name, optarg, c == OPT_SIM_CHECK
+                                                     ? "a check distance from 0 to 65535"
+                                                     : "a history from 2 to 65536 ticks");
+      if (c == OPT_SIM_CHECK)
+        opts->sim_check = (int)n;
+      else
+        opts->sim_history = (int)n;
+      continue;
+    }
     if (c < LUNA__OPT_FAST || c >= LUNA__OPT_OWN)
       return luna__cli_getopt_error(c, argv);
     if (c == LUNA__OPT_FRAMES && repl)
@@ -104,6 +131,13 @@ static int parse_options(int argc, char **argv, luna_run_options *opts, bool rep
       return luna__cli_usage_error("repl: unexpected argument '%s'", argv[optind]);
     return -1;
   }
+  if (!opts->has_sim && (opts->sim_check > 0 || opts->sim_history > 0))
+    return luna__cli_usage_error("run: --sim-check and --sim-history need --sim-tick-rate");
+  if (opts->has_sim && opts->sim_check >= (opts->sim_history > 0 ? opts->sim_history
+                                                                  : LUNA_SIM_DEFAULT_HISTORY))
+    return luna__cli_usage_error("run: --sim-check must be less than the history (%d ticks)",
+                                 opts->sim_history > 0 ? opts->sim_history
+                                                       : LUNA_SIM_DEFAULT_HISTORY);
   if (optind >= argc)
     return luna__cli_usage_error("run: missing SCRIPT");
   opts->script = optind;

@@ -4,7 +4,8 @@
 ** The order of a run:
 **   1. a loop (fixed_dt from --fixed-hz, time scale from --time-scale; under
 **      --fast a realtime source that reads the unscaled clock, so that runs
-**      are repeatable) and a Lua state attached to it;
+**      are repeatable) and a Lua state attached to it; with --sim-tick-rate
+**      a simulation on the loop, attached to the state (task.sim);
 **   2. the main chunk starts as the task "main" before the first frame, so
 **      frame() is 0 there and it may await at top level;
 **   3. frames, each preceded by the stop checks: a stop signal (Ctrl-C,
@@ -16,6 +17,7 @@
 **      variables run), the state is closed and the loop freed.
 */
 #include <stdio.h>
+#include <string.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -23,6 +25,21 @@
 
 #include "cli.h"
 #include "lunaloop_lua.h"
+
+/* --sim-tick-rate: a simulation on the loop at FixedUpdate (the loop frees
+   it), attached to the state as task.sim. */
+static int attach_sim(lua_State *L, luna_loop *loop, const luna_run_options *o) {
+  luna_sim_config cfg;
+  luna_sim *sim;
+  int rc;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.tick_ns = o->sim_tick_ns;
+  cfg.check_distance = o->sim_check;
+  cfg.history = o->sim_history;
+  if ((rc = luna_sim_new(loop, &cfg, &sim)) < 0)
+    return rc;
+  return luna_lua_attach_sim(L, sim);
+}
 
 /* Why the frame loop ended. */
 typedef enum stop_reason {
@@ -162,6 +179,9 @@ int luna__cli_run(int argc, char **argv, int first) {
   rc = luna_lua_attach(L, loop);
   if (rc < 0) {
     fprintf(stderr, LUNA_PROGNAME ": cannot attach the loop: %s\n", luna_strerror(rc));
+    status = LUNA_EXIT_ERROR;
+  } else if (o.has_sim && (rc = attach_sim(L, loop, &o)) < 0) {
+    fprintf(stderr, LUNA_PROGNAME ": cannot make the simulation: %s\n", luna_strerror(rc));
     status = LUNA_EXIT_ERROR;
   } else {
     status = run_script(L, loop, &o, argc, argv, first + o.script);

@@ -613,6 +613,41 @@ case_a_run_waiting_only_on_a_signal_is_stuck() {
   ll run --fast "$TMP/stuck.lua"
   expect_status 3
   expect_err '^  task main \(#1\) waits on signal:wait at .*stuck\.lua:3$'
+# --sim-tick-rate attaches a simulation (task.sim): two --fast runs with
+# the same seed give the same checksum stream (the issue's acceptance test
+# 13), rollbacks included; the sync-test (--sim-check) finds nothing in it,
+# and reports a tick callback's upvalue counter with the tick and the path.
+case_sim_runs_repeat_their_checksum_stream() {
+  ll run --fast --frames 400 --seed 7 --sim-tick-rate 50 "$S/sim_stream.lua"
+  expect_status 0
+  cp "$OUT" "$OUT.2"
+  [ "$(grep -c '^tick ' "$OUT")" -eq 100 ] || fail "expected 100 tick lines"
+  ll run --fast --frames 400 --seed 7 --sim-tick-rate 50 "$S/sim_stream.lua"
+  expect_status 0
+  diff -u "$OUT.2" "$OUT" >&2 || fail "two --fast --seed 7 runs differ"
+  ll run --fast --frames 400 --seed 8 --sim-tick-rate 50 "$S/sim_stream.lua"
+  expect_status 0
+  ! diff -q "$OUT.2" "$OUT" >/dev/null || fail "another seed gives the same stream"
+  ll run --fast --frames 400 --seed 7 --sim-tick-rate 50 --sim-check 6 "$S/sim_stream.lua"
+  expect_status 0
+  diff -u "$OUT.2" "$OUT" >&2 || fail "the sync-test changed the stream"
+  [ ! -s "$ERR" ] || fail "the sync-test reported something"
+  ll run --fast --frames 400 --seed 7 --sim-tick-rate 50 --sim-check 6 "$S/sim_stream.lua" bad
+  expect_status 1
+  expect_err 'sim sync-test: tick 1 differs when re-simulated from tick 0 \(checking tick 6\), at world\.ships\[2\]\.hits: 1 the first time, 7 after rolling back'
+  [ "$(grep -c 'sim sync-test' "$ERR")" -eq 1 ] || fail "expected one report"
+  ll run --fast --sim-check 6 "$S/sim_stream.lua"
+  expect_status 2
+  expect_err 'run: --sim-check and --sim-history need --sim-tick-rate'
+  ll run --fast --sim-tick-rate 50 --sim-check 64 "$S/sim_stream.lua"
+  expect_status 2
+  expect_err 'run: --sim-check must be less than the history \(64 ticks\)'
+  ll run --sim-tick-rate 0 "$S/sim_stream.lua"
+  expect_status 2
+  expect_err "bad value '0' for --sim-tick-rate \(expected a tick rate in Hz from 1 to 1e9\)"
+  ll repl --sim-tick-rate 50
+  expect_status 2
+  expect_err 'repl: --sim-tick-rate is an option of run only'
 }
 
 "case_$CASE"
