@@ -609,6 +609,94 @@ function roblox.cancel(thread) end
 function roblox.synchronize() end
 function roblox.desynchronize() end
 
+---@class lunaloop.SimTick
+---@field tick integer the tick simulated (a batch's last tick)
+---@field dt number seconds: the tick length times batch (less for a partial tick)
+---@field batch integer ticks this step covers
+---@field first boolean the tick's first full simulation
+---@field resimulating boolean simulated before, again after a load
+---@field partial boolean a partial tick (undone before the next full tick)
+---@field catch_up boolean a batched catch-up step
+---@field final boolean the frame's (or host call's) last step
+---@field flags integer the luna_sim_flag bits
+
+---@class lunaloop.SimTimer
+---@field at integer the tick it expires at
+local SimTimer = {}
+---@return integer ticks left (0 once expired)
+function SimTimer:remaining() end
+---@return boolean
+function SimTimer:expired() end
+
+---@class lunaloop.SimRandom
+local SimRandom = {}
+---@param m integer
+---@param n? integer
+---@return integer uniform in [m, n] (one argument: [1, m])
+function SimRandom:int(m, n) end
+---@return number uniform in [0, 1)
+function SimRandom:float() end
+---@return integer 64 random bits
+function SimRandom:next() end
+
+---@class lunaloop.SimOptions
+---@field tick_rate? number ticks per second (or `tick`)
+---@field tick? number seconds per tick
+---@field history? integer snapshots kept, default 64
+---@field check_distance? integer the sync-test's distance, 0 off
+---@field policy? "drop"|"batch"|"debt"|"render_paced"|"manual"
+---@field max_ticks? integer
+---@field max_batch? integer
+---@field max_debt? integer
+---@field rate_scale? number
+---@field timing? lunaloop.Timing the first timing of the pair, default "FixedUpdate"
+
+---A simulation group (task.sim, task.sim_open): functions called with a dot.
+---@class lunaloop.Sim
+---@field state fun(name: string, tbl: table): table registers tbl in every snapshot
+---@field on_tick fun(fn: fun(t: lunaloop.SimTick), opts?: {priority?: integer}): {remove: fun()}
+---@field timer fun(ticks: integer): lunaloop.SimTimer
+---@field random fun(seed: integer): lunaloop.SimRandom
+---@field effect fun(key: string|number|boolean, fn: function|{confirm?: boolean}, ...): boolean
+---@field tick fun(): integer
+---@field newest fun(): integer
+---@field confirmed fun(): integer
+---@field history fun(): integer?, integer?
+---@field alpha fun(): number
+---@field dt fun(): number
+---@field step fun(n?: integer): integer checksum
+---@field save fun(): integer checksum
+---@field load fun(tick: integer): integer?, string?
+---@field resimulate fun(from?: integer): integer?, string?
+---@field partial fun(fraction?: number): boolean
+---@field confirm fun(tick: integer)
+---@field export fun(tick?: integer): string?, string?
+---@field import fun(bytes: string, opts?: {load?: boolean}): integer?, integer|string
+---@field checksum fun(tick?: integer): integer?, string?
+---@field diff fun(a: integer, b: integer): string?, any, any
+---@field wait_tick fun(n?: integer): integer
+---@field stats fun(): table
+---@field config fun(): table
+---@field set_rate_scale fun(scale: number)
+---@field close fun()
+
+---The simulation the host or `lunaloop run --sim-tick-rate` attached, or
+---the last task.sim_open made; nil without one.
+---@type lunaloop.Sim|nil
+task.sim = nil
+
+---Makes a simulation on the state's loop (one per loop) and makes it task.sim.
+---@param opts? lunaloop.SimOptions
+---@return lunaloop.Sim
+function task.sim_open(opts) end
+
+---Waits until n (default 1) more ticks of sim (default task.sim) were
+---simulated for the first time; returns the head tick.
+---@param n? integer
+---@param sim? lunaloop.Sim
+---@return integer
+function task.wait_tick(n, sim) end
+
 ---@type lunaloop
 _G.task = task
 
