@@ -87,5 +87,8 @@ bool bench_limit(const char *impl, const char *workload, long n, bench_result *o
 bool bench_inbox(const char *impl, long n, bool quick, bench_result *out);
 /* The hostile-mods workload (hostile.c): prints its own lines. */
 void bench_hostile(long frames);
+/* The simulation's rollback workload (sim.c): n entities, frames per
+   round, the best of `rounds`; prints its own lines. */
+void bench_sim(long n, long frames, int rounds);
 
 #endif

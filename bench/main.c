@@ -356,6 +356,7 @@ static void usage(void) {
           "       luna_bench [--reps R] [--quick] inbox lunaloop|mutex N\n"
           "       luna_bench [--reps R] [--quick] lua IMPL SCRIPT WORKLOAD N\n"
           "       luna_bench hostile FRAMES\n"
+          "       luna_bench sim ENTITIES FRAMES ROUNDS\n"
           "       luna_bench probe MODULE\n");
   exit(2);
 }
@@ -397,6 +398,10 @@ int main(int argc, char **argv) {
   }
   if (strcmp(mode, "hostile") == 0 && argc - i == 1) {
     bench_hostile(parse_long(argv[i]));
+    return 0;
+  }
+  if (strcmp(mode, "sim") == 0 && argc - i == 3) {
+    bench_sim(parse_long(argv[i]), parse_long(argv[i + 1]), (int)parse_long(argv[i + 2]));
     return 0;
   }
   if (strncmp(mode, "limit", 5) == 0 && argc - i == 2) {

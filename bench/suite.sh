@@ -79,10 +79,10 @@ note() { printf 'bench: %s\n' "$*" >&2; }
 # Sizes: the full ones, or small ones for the quick mode.
 if [ "$quick" -eq 1 ]; then
   N_W1=200 N_W2=1000 N_STEADY=200 N_FRAME=1000 N_W3=5000 N_TICK=2000 N_W4=1000 N_W5=10000 N_W6=200
-  N_HOSTILE=5 N_W8=500 N_W9=1000 N_W10=200
+  N_HOSTILE=5 N_W8=500 N_W9=1000 N_W10=200 N_SIM="1000 5 1"
 else
   N_W1=10000 N_W2=100000 N_STEADY=10000 N_FRAME=100000 N_W3=1000000 N_TICK=100000 N_W4=100000
-  N_W5=1000000 N_W6=10000 N_HOSTILE=120 N_W8=20000 N_W9=10000 N_W10=10000
+  N_W5=1000000 N_W6=10000 N_HOSTILE=120 N_W8=20000 N_W9=10000 N_W10=10000 N_SIM="1000 200 $rounds"
 fi
 scale_ns=(1000 10000 100000 1000000)
 
@@ -264,6 +264,15 @@ if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$on
   # budget, not a ratio; listed again at the end.
   hostile=$("$bin" hostile "$N_HOSTILE") || { note "failed: luna_bench hostile $N_HOSTILE"; failed=1; }
   printf '%s\n' "$hostile"
+fi
+simroll=
+if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$only" ] || grep -qE -- "$only" <<<S1_rollback; }; then
+  # The simulation's rollback (bench/sim.c): per frame a tick, a load 8
+  # ticks back and 8 ticks again, each saved, over 1,000 registered
+  # entities, against the same copies by hand in plain Lua in the same run.
+  # shellcheck disable=SC2086
+  simroll=$("$bin" sim $N_SIM) || { note "failed: luna_bench sim $N_SIM"; failed=1; }
+  printf '%s\n' "$simroll"
 fi
 frames=
 if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$only" ] || grep -qE -- "$only" <<<W8_frames; }; then
@@ -450,6 +459,12 @@ if [ -n "$hostile" ]; then
   echo "hostile mods (bench/hostile.c): the longest frame with four attacking mods, against"
   echo "bound_ms = 4 x the per-mod time budget (each may also finish the C call under way):"
   printf '%s\n' "$hostile" | sed 's/^/  /'
+fi
+if [ -n "$simroll" ]; then
+  echo
+  echo "simulation rollback (bench/sim.c): save + load + 8 resimulated ticks of 1,000 entities"
+  echo "a frame, best of the rounds; purelua copies by hand, ticks is the simulation alone:"
+  printf '%s\n' "$simroll" | sed 's/^/  /'
 fi
 if [ -n "$frames" ]; then
   echo

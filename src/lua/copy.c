@@ -31,6 +31,7 @@ typedef struct writer {
   int classes; /* stack index of the metatable -> class number table, or 0 */
   int depth;   /* tables on the current path (open[0..depth)) */
   const void *open[MAX_DEPTH]; /* the tables on the current path: a cycle is one of them again */
+  int keys[MAX_DEPTH];         /* the stack index of the key written in open[i] (0: none yet) */
   const char *what;
   const char *context; /* "between mods", "into a snapshot" */
   char path[160];
@@ -89,25 +90,30 @@ static void put_tag(lua_State *L, writer *w, int tag) {
   put(L, w, &c, 1);
 }
 
-/* Appends ".key" or "[key]" to the path for messages (a string key that
-   starts an empty path is written bare: "ships[3].x"); returns the old
-   length. */
-static size_t path_push(lua_State *L, writer *w, int key) {
-  size_t old = strlen(w->path), room = sizeof w->path - old;
-  if (lua_type(L, key) == LUA_TSTRING)
-    snprintf(w->path + old, room, old == 0 ? "%s" : ".%s", lua_tostring(L, key));
-  else if (lua_type(L, key) == LUA_TNUMBER) {
-    if (lua_isinteger(L, key))
-      snprintf(w->path + old, room, "[%lld]", (long long)lua_tointeger(L, key));
-    else
-      snprintf(w->path + old, room, "[%g]", (double)lua_tonumber(L, key));
-  } else
-    snprintf(w->path + old, room, "[%s]", lua_toboolean(L, key) ? "true" : "false");
-  return old;
-}
-
-/* The path for messages; "value" while it is empty. */
-static const char *path_text(const writer *w) {
+/* The path for messages ("value.a[2]", or "ships[3].x" without a root),
+   made only when a message needs it: from the root and the keys of the
+   tables open on the current path, which are on the stack (keys[i] is
+   the stack index of the key being written in open[i]; 0 while that
+   table's key itself is written). */
+static const char *path_text(lua_State *L, writer *w) {
+  size_t old = strlen(w->path);
+  int i;
+  for (i = 0; i < w->depth && w->keys[i] != 0; i++) {
+    int key = w->keys[i];
+    size_t at = strlen(w->path), room = sizeof w->path - at;
+    if (room <= 1)
+      break;
+    if (lua_type(L, key) == LUA_TSTRING)
+      snprintf(w->path + at, room, at == 0 ? "%s" : ".%s", lua_tostring(L, key));
+    else if (lua_type(L, key) == LUA_TNUMBER) {
+      if (lua_isinteger(L, key))
+        snprintf(w->path + at, room, "[%lld]", (long long)lua_tointeger(L, key));
+      else
+        snprintf(w->path + at, room, "[%g]", (double)lua_tonumber(L, key));
+    } else
+      snprintf(w->path + at, room, "[%s]", lua_toboolean(L, key) ? "true" : "false");
+  }
+  (void)old;
   return w->path[0] != '\0' ? w->path : "value";
 }
 
@@ -121,10 +127,10 @@ static uint64_t write_table(lua_State *L, writer *w, int idx) {
   const void *self = lua_topointer(L, idx);
   if (w->depth >= MAX_DEPTH)
     luaL_error(L, "%s: the value is nested deeper than %d levels (at %s)", w->what, MAX_DEPTH,
-               path_text(w));
+               path_text(L, w));
   for (i = 0; i < w->depth; i++)
     if (w->open[i] == self)
-      luaL_error(L, "%s: the value has a cycle (at %s)", w->what, path_text(w));
+      luaL_error(L, "%s: the value has a cycle (at %s)", w->what, path_text(L, w));
   if (w->classes != 0 && lua_getmetatable(L, idx)) {
     lua_Integer c;
     lua_rawget(L, w->classes);
@@ -136,6 +142,7 @@ static uint64_t write_table(lua_State *L, writer *w, int idx) {
       cls = (uint64_t)c;
     }
   }
+  w->keys[w->depth] = 0;
   w->open[w->depth++] = self;
   put_tag(L, w, T_TABLE);
   count_at = w->len;
@@ -144,17 +151,16 @@ static uint64_t write_table(lua_State *L, writer *w, int idx) {
   lua_pushnil(L);
   while (lua_next(L, idx) != 0) {
     int key = lua_gettop(L) - 1;
-    size_t old;
     uint64_t hk, hv;
     int kt = lua_type(L, key);
     if (kt != LUA_TSTRING && kt != LUA_TNUMBER && kt != LUA_TBOOLEAN)
       luaL_error(L, "%s: a table key of type %s cannot be copied %s (at %s)", w->what,
-                 luaL_typename(L, key), w->context, path_text(w));
-    old = path_push(L, w, key);
+                 luaL_typename(L, key), w->context, path_text(L, w));
+    w->keys[w->depth - 1] = key;
     hk = write_value(L, w, key);
     hv = write_value(L, w, key + 1);
     sum += mix(hk ^ (hv * 0x9e3779b97f4a7c15u + 0x632be59bd9b4e019u));
-    w->path[old] = '\0';
+    w->keys[w->depth - 1] = 0;
     lua_pop(L, 1);
     count++;
   }
@@ -203,7 +209,7 @@ static uint64_t write_value(lua_State *L, writer *w, int idx) {
     return write_table(L, w, idx);
   default:
     return (uint64_t)luaL_error(L, "%s: a %s value cannot be copied %s (at %s)", w->what,
-                                luaL_typename(L, idx), w->context, path_text(w));
+                                luaL_typename(L, idx), w->context, path_text(L, w));
   }
 }
 
