@@ -109,10 +109,10 @@ static int parse_options(int argc, char **argv, luna_run_options *opts, bool rep
       }
       if (!luna__cli_parse_integer(optarg, false, &n) ||
           n > (c == OPT_SIM_CHECK ? LUNA_SIM_HISTORY_MAX - 1 : LUNA_SIM_HISTORY_MAX) ||
-          (c == OPT_SIM_HISTORY && n < 2))
+          (c == OPT_SIM_HISTORY && n < 1))
         return luna__cli_bad_value(name, optarg, c == OPT_SIM_CHECK
                                                      ? "a check distance from 0 to 65535"
-                                                     : "a history from 2 to 65536 ticks");
+                                                     : "a history from 1 to 65536 ticks");
       if (c == OPT_SIM_CHECK)
         opts->sim_check = (int)n;
       else

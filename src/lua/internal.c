@@ -250,6 +250,57 @@ static const luaL_Reg internal_funcs[] = {
    prelude): they add when_all, when_any, timeout, scope and channel to the
    module table on top of L. The prelude is a table that the first chunk
    fills with helpers for the others. */
+/* The simulation group's chunk (lua/lunaloop/sim.lua) is run the first
+   time a state uses it, not when the module opens: most states never do,
+   and its functions are the largest of the chunks. Until then
+   task.sim_open and task.wait_tick are stubs that run it and call what it
+   defined; luna__load_sim runs it for luna_lua_attach_sim. */
+#define SIM_CHUNK "=lunaloop/sim.lua"
+static const char lazy_key = 'l';
+static const char module_key_for_stubs = 'M';
+
+static bool is_lazy(const luna__chunk *c) {
+  return strcmp(c->name, SIM_CHUNK) == 0;
+}
+
+/* Runs the sim chunk with the (module, internals, prelude) kept aside when
+   the module opened; once. Raises on a memory error. */
+void luna__load_sim(lua_State *L);
+void luna__load_sim(lua_State *L) {
+  const luna__chunk *c;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &lazy_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return; /* run already */
+  }
+  for (c = luna__chunks; c->name != NULL && !is_lazy(c); c++) {
+  }
+  if (c->name == NULL || luaL_loadbufferx(L, c->text, c->size, c->name, "t") != LUA_OK)
+    luaL_error(L, "lunaloop: the simulation chunk is missing");
+  lua_rawgeti(L, -2, 1);
+  lua_rawgeti(L, -3, 2);
+  lua_rawgeti(L, -4, 3);
+  lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &lazy_key); /* a raise below does not run it twice */
+  lua_call(L, 3, 0);
+  lua_pop(L, 1);
+}
+
+/* task.sim_open / task.wait_tick before the chunk ran: runs it, then calls
+   the module's function of that name (the chunk's) with the arguments. */
+static int l_sim_stub(lua_State *L) {
+  const char *name = lua_tostring(L, lua_upvalueindex(1));
+  int n = lua_gettop(L);
+  luna__load_sim(L);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key_for_stubs);
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+  if (lua_tocfunction(L, -1) == l_sim_stub)
+    return luaL_error(L, "lunaloop: the simulation chunk did not define task.%s", name);
+  lua_insert(L, 1);
+  lua_call(L, n, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
 void luna__open_compose(lua_State *L) {
   int module = lua_absindex(L, -1);
   const luna__chunk *c;
@@ -259,6 +310,8 @@ void luna__open_compose(lua_State *L) {
   lua_setfield(L, -2, "CYCLE");
   lua_newtable(L);
   for (c = luna__chunks; c->name != NULL; c++) {
+    if (is_lazy(c))
+      continue;
     if (luaL_loadbufferx(L, c->text, c->size, c->name, "t") != LUA_OK)
       lua_error(L);
     lua_pushvalue(L, module);
@@ -266,5 +319,21 @@ void luna__open_compose(lua_State *L) {
     lua_pushvalue(L, module + 2);
     lua_call(L, 3, 0);
   }
+  lua_createtable(L, 3, 0); /* what the sim chunk will be run with */
+  lua_pushvalue(L, module);
+  lua_rawseti(L, -2, 1);
+  lua_pushvalue(L, module + 1);
+  lua_rawseti(L, -2, 2);
+  lua_pushvalue(L, module + 2);
+  lua_rawseti(L, -2, 3);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &lazy_key);
+  lua_pushvalue(L, module);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &module_key_for_stubs);
+  lua_pushliteral(L, "sim_open");
+  lua_pushcclosure(L, l_sim_stub, 1);
+  lua_setfield(L, module, "sim_open");
+  lua_pushliteral(L, "wait_tick");
+  lua_pushcclosure(L, l_sim_stub, 1);
+  lua_setfield(L, module, "wait_tick");
   lua_pop(L, 2);
 }

@@ -913,12 +913,15 @@ static int l_sim_set_attach(lua_State *L) {
   return 0;
 }
 
+void luna__load_sim(lua_State *L); /* internal.c */
+
 static int attach_protected(lua_State *L) {
   luna_sim *sim = (luna_sim *)lua_touserdata(L, 1);
   bridge *br;
   lua_getglobal(L, "require"); /* the module, opened if need be */
   lua_pushliteral(L, "lunaloop");
   lua_call(L, 1, 0);
+  luna__load_sim(L); /* the sim chunk, run the first time a state needs it */
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &attach_key) != LUA_TFUNCTION)
     return luaL_error(L, "the lunaloop module is not open in this state");
   br = (bridge *)lua_newuserdatauv(L, sizeof *br, 0);
