@@ -28,8 +28,7 @@ local format, sub = string.format, string.sub
 local spack, sunpack = string.pack, string.unpack
 local pack, unpack, sort, remove = table.pack, table.unpack, table.sort, table.remove
 local argerror, number_text = P.argerror, P.number_text
-local sim_call, sim_report, sim_store, sim_calling = I.sim_call, I.sim_report, I.sim_store,
-  I.sim_calling
+local sim_call, sim_report, sim_store = I.sim_call, I.sim_report, I.sim_store
 local sim_suspend, sim_wake = I.sim_suspend, I.sim_wake
 local task_on = M.on
 
@@ -462,6 +461,7 @@ local function new_group(br)
   -- sim.timer(ticks) -> a timer that expires `ticks` ticks from now.
   function sim.timer(ticks)
     ticks = check_count("sim.timer", 1, ticks, "a count of ticks >= 0", 0)
+    if ticks > 2^48 then argerror("sim.timer", 1, "expected at most 2^48 ticks, got " .. show(ticks)) end
     return setmetatable({at = now() + ticks}, TimerMT)
   end
   function Timer:remaining()
@@ -512,8 +512,8 @@ local function new_group(br)
       args = 3
     end
     local kt = type(key)
-    if kt ~= "string" and kt ~= "number" and kt ~= "boolean" then
-      argerror("sim.effect", 1, "expected a key (a string, number or boolean), got " .. kt)
+    if (kt ~= "string" and kt ~= "number" and kt ~= "boolean") or key ~= key then
+      argerror("sim.effect", 1, "expected a key (a string, number or boolean), got " .. show(key))
     end
     if type(fn) ~= "function" then
       argerror("sim.effect", args, "expected a function, got " .. type(fn))

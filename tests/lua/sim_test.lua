@@ -415,6 +415,12 @@ H.case("hostile_input_is_refused_at_the_call_with_the_path", function()
   H.raises(function() sim.step() end, "sim: a function value cannot be copied into a simulation snapshot (at w.f)")
   H.eq({sim.tick(), w.f}, {1, nil}, "back at tick 1")
   H.eq(sim.step(), sim.checksum(2))
+  -- effect keys: scalars only, never NaN
+  local key_err
+  sim.on_tick(function() key_err = select(2, pcall(sim.effect, 0 / 0, print)) end)
+  sim.step()
+  H.has(key_err, "expected a key (a string, number or boolean), got nan")
+  H.raises(function() sim.timer(2^60) end, "expected at most 2^48 ticks")
   -- host calls from inside a tick callback are refused
   local err
   sim.on_tick(function() err = select(2, pcall(sim.load, 0)) end)
