@@ -613,6 +613,8 @@ case_a_run_waiting_only_on_a_signal_is_stuck() {
   ll run --fast "$TMP/stuck.lua"
   expect_status 3
   expect_err '^  task main \(#1\) waits on signal:wait at .*stuck\.lua:3$'
+}
+
 # --sim-tick-rate attaches a simulation (task.sim): two --fast runs with
 # the same seed give the same checksum stream (the issue's acceptance test
 # 13), rollbacks included; the sync-test (--sim-check) finds nothing in it,
