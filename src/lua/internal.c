@@ -11,6 +11,7 @@
 #include "binding.h"
 #include "chunks.h"
 #include "promise.h"
+#include "workers.h"
 
 /* check_await(name, [level]): raises the await errors of task.* calls for
    `name`, positioned at `level` (as error(): 1 is the Lua function calling
@@ -306,6 +307,7 @@ void luna__open_compose(lua_State *L) {
   const luna__chunk *c;
   luaL_newlib(L, internal_funcs);
   luna__open_sim_internals(L); /* the simulation group's (sim.c) */
+  luaL_setfuncs(L, luna__workers_internals, 0);
   lua_pushliteral(L, LUNA__AWAIT_CYCLE_MSG);
   lua_setfield(L, -2, "CYCLE");
   lua_newtable(L);

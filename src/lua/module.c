@@ -8,6 +8,7 @@
 
 #include "binding.h"
 #include "lunaloop_lua.h"
+#include "workers.h"
 
 static const char module_key = 'm';
 
@@ -344,6 +345,7 @@ int luna__open_module(lua_State *L, luna__binding *b) {
   luna__open_introspect(L, b);
   luna__open_gc(L, b);
   luna__open_groups(L, b);
+  luna__open_workers(L); /* the Pool metatables; task.workers is workers.lua */
   luna__open_compose(L);
   luna__guard_coroutines(L); /* a task's coroutine is the scheduler's alone */
   lua_createtable(L, LUNA_TIMING_COUNT, 0);

@@ -776,6 +776,42 @@ LUNA_API int luna_promise_reject(luna_promise *p, const char *message) {
   return rc;
 }
 
+int luna__promise_complete_now(luna_promise *p, luna_promise_push_fn push, void *data,
+                               luna_promise_free_fn free_data, const char *message) {
+  char *copy = NULL;
+  long found;
+  if (!valid(p))
+    return LUNA_EINVAL;
+  if (message != NULL) {
+    size_t len = strlen(message);
+    copy = (char *)malloc(len + 1);
+    if (copy == NULL)
+      return LUNA_ENOMEM;
+    memcpy(copy, message, len + 1);
+  }
+  found = claim(p);
+  if (found < 0) {
+    free(copy);
+    return LUNA_EALREADY;
+  }
+  if (copy != NULL) {
+    p->reject = true;
+    p->message = copy;
+  } else {
+    p->push = push;
+    p->data = data;
+    p->free_data = free_data;
+  }
+  if ((unsigned)found & ST_GIVEN_UP) {
+    discard_payload(p);
+    return 0;
+  }
+  /* as publish, with the delivery made here instead of posted */
+  atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+  deliver_cb(p->loop, p);
+  return 0;
+}
+
 LUNA_API bool luna_promise_is_cancelled(const luna_promise *p) {
   /* Acquire: pairs with give_up_c, for a worker that polls and then reads
      what the loop thread wrote before giving up. */

@@ -38,6 +38,17 @@ int luna__l_watch_promise(lua_State *L);
    Lua code and allocates nothing. */
 void luna__promise_detach(lua_State *L);
 
+/* Completes p now, on the loop thread, from a callback of the loop (not
+   from inside Lua code): with `message` non-NULL it rejects with it, else
+   it resolves with push/data/free_data (as luna_promise_resolve). The
+   awaiting tasks wake and resume in this run, as when a posted completion
+   arrives, without the post and the wait for the next run of the
+   promise's timing (the worker pool's delivery, workers.c). Returns like
+   luna_promise_resolve; on an error free_data is not called. */
+struct luna_promise;
+int luna__promise_complete_now(struct luna_promise *p, int (*push)(lua_State *L, void *data),
+                               void *data, void (*free_data)(void *data), const char *message);
+
 /* Promises allocated and not yet freed in this process (tests use it to
    check that nothing leaked, also under ThreadSanitizer). */
 long luna__promise_live_count(void);

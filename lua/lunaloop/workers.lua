@@ -1,0 +1,176 @@
+-- workers.lua: task.workers, worker Lua states seen from the loop's side
+-- (docs/workers.md): pools, the Module handles of task.workers.open, and
+-- call / post / map with back-pressure, written on the primitives of
+-- src/lua/workers.c (workers_new, workers_default, workers_prepare,
+-- workers_submit, workers_share) and on prelude.lua.
+local M, I, P = ...
+
+local new_pool, default_pool = I.workers_new, I.workers_default
+local prepare, submit, make_share = I.workers_prepare, I.workers_submit, I.workers_share
+local metatable = I.metatable
+local await = M.await
+local type, error, pairs, setmetatable, tostring = type, error, pairs, setmetatable, tostring
+local math_type, format, ceil = math.type, string.format, math.ceil
+local argerror, number_text = P.argerror, P.number_text
+
+local Methods = {}
+local Module = {__index = Methods, __name = "lunaloop.WorkerModule",
+  __metatable = "lunaloop.WorkerModule"}
+function Module.__tostring(m) return format("WorkerModule (%s)", m.name) end
+
+local function describe(v)
+  return type(v) == "number" and number_text(v) or type(v)
+end
+
+local function check_module(m, fname)
+  if metatable(m) ~= Module then
+    argerror(fname, 1, "expected a worker module (use ai:" .. fname .. ")", 3)
+  end
+end
+
+local function check_count(v, fname, n, what, min)
+  if v ~= nil and (math_type(v) ~= "integer" or v < min) then
+    argerror(fname, n, format("%s must be an integer >= %d, got %s", what, min, describe(v)), 3)
+  end
+end
+
+local known_open = {deliver_frame = true, instructions = true}
+
+-- pool:open(name [, opts]) -> Module; task.workers.open uses the default pool.
+local function open(pool, name, opts, fname)
+  if type(name) ~= "string" then
+    argerror(fname, 1, "expected a module name (string), got " .. type(name), 3)
+  end
+  if opts ~= nil then
+    if type(opts) ~= "table" then
+      argerror(fname, 2, "expected an options table, got " .. type(opts), 3)
+    end
+    for k in pairs(opts) do
+      if not known_open[k] then
+        argerror(fname, 2, "unknown option '" .. tostring(k) .. "'", 3)
+      end
+    end
+    check_count(opts.deliver_frame, fname, 2, "deliver_frame", 1)
+    check_count(opts.instructions, fname, 2, "instructions", 0)
+  end
+  return setmetatable({pool = pool, name = name,
+    deliver_frame = opts and opts.deliver_frame,
+    instructions = opts and opts.instructions}, Module)
+end
+
+-- Hands the job over, awaiting room while the queue is full (a caller that
+-- cannot await queues past the limit instead).
+local function hand_over(job)
+  local p, room = submit(job)
+  while p == false do
+    await(room)
+    p, room = submit(job)
+  end
+  return p
+end
+
+local function job_of(m, kind, fname, fn, level, ...)
+  if type(fn) ~= "string" then
+    argerror(kind, 2, "expected a function name (string), got " .. type(fn), level + 1)
+  end
+  local job, err = prepare(m.pool, kind, m.name, fn, m.instructions, m.deliver_frame,
+    m.name .. ":" .. kind, ...)
+  if not job then error(err, level + 1) end
+  return job
+end
+
+--- ai:call(fn, ...) -> Promise: runs module.fn(...) on a worker with copies
+-- of the arguments; the Promise resolves with copies of its results or
+-- rejects with its error and the worker's traceback.
+function Methods.call(m, fn, ...)
+  check_module(m, "call")
+  return hand_over(job_of(m, "call", "call", fn, 2, ...))
+end
+
+--- ai:post(fn, ...): as call, one-way: nothing to await; an error is
+-- reported (task.on_error) instead.
+function Methods.post(m, fn, ...)
+  check_module(m, "post")
+  hand_over(job_of(m, "post", "post", fn, 2, ...))
+end
+
+local known_map = {chunk = true}
+
+--- ai:map(fn, items [, {chunk = n}]) -> results: fork-join over the list
+-- `items`: module.fn(item, index) for each item, chunk items per job (64
+-- by default), in parallel over the workers; returns the list of the first
+-- results in order. Awaits (a task only); the first error cancels the
+-- other chunks and is raised.
+function Methods.map(m, fn, items, opts)
+  check_module(m, "map")
+  if type(fn) ~= "string" then
+    argerror("map", 2, "expected a function name (string), got " .. type(fn))
+  end
+  if type(items) ~= "table" then
+    argerror("map", 3, "expected a list of items, got " .. type(items))
+  end
+  local chunk = 64
+  if opts ~= nil then
+    if type(opts) ~= "table" then argerror("map", 4, "expected an options table, got " .. type(opts)) end
+    for k in pairs(opts) do
+      if not known_map[k] then argerror("map", 4, "unknown option '" .. tostring(k) .. "'") end
+    end
+    if opts.chunk ~= nil then
+      if math_type(opts.chunk) ~= "integer" or opts.chunk < 1 then
+        argerror("map", 4, "chunk must be an integer >= 1, got " .. describe(opts.chunk))
+      end
+      chunk = opts.chunk
+    end
+  end
+  local n = #items
+  local promises, nchunks = {}, ceil(n / chunk)
+  local _ <close> = setmetatable({}, {__close = function()
+    for i = 1, nchunks do
+      local p = promises[i]
+      if p ~= nil and p:status() == "pending" then p:cancel() end
+    end
+  end})
+  for c = 1, nchunks do
+    local first = (c - 1) * chunk + 1
+    local part = {}
+    for i = first, first + chunk - 1 > n and n or first + chunk - 1 do
+      part[#part + 1] = items[i]
+    end
+    promises[c] = hand_over(job_of(m, "map", "map", fn, 2, part, first))
+  end
+  local out = {}
+  for c = 1, nchunks do
+    local part = await(promises[c])
+    local first = (c - 1) * chunk
+    for i = 1, #part do out[first + i] = part[i] end
+  end
+  return out
+end
+
+local W = {}
+
+--- task.workers.open(name [, opts]) -> Module, on the state's default pool
+-- (made with the defaults on first use).
+function W.open(name, opts)
+  local pool = default_pool() or new_pool()
+  return open(pool, name, opts, "open")
+end
+
+--- task.workers.share(value) -> Share: a read-only snapshot copied once.
+function W.share(value)
+  local s, err = make_share(value)
+  if not s then error(err, 2) end
+  return s
+end
+
+--- task.workers.pool() -> Pool | nil: the state's default pool.
+function W.pool() return default_pool() end
+
+setmetatable(W, {__call = function(_, opts) return new_pool(opts) end,
+  __name = "lunaloop.workers", __metatable = false})
+
+-- Pool methods written here: pool:open(name [, opts]).
+local pool_methods = I.workers_pool_methods()
+function pool_methods.open(pool, name, opts) return open(pool, name, opts, "open") end
+
+M.workers = W

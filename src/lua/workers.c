@@ -1,0 +1,1460 @@
+/*
+** workers.c: worker Lua states (include/lunaloop_workers.h is the host's
+** contract, docs/workers.md the scripts'). A pool of threads, each with a
+** Lua state of its own, takes jobs from one queue; the Lua side of it
+** (task.workers, ai:call, ai:map) is lua/lunaloop/workers.lua, written on
+** the primitives at the end of this file.
+**
+** The pieces, and who touches them:
+** - struct luna_workers (the pool): its mutex `mu` guards the queue, the
+**   done list, the counters the workers write and the flags below; the
+**   rest is the loop thread's. Workers wait on `work_cv`; the loop thread
+**   waits on `done_cv` only for a deterministic job that is late.
+** - A job is malloc'ed on the loop thread with its arguments already
+**   copied (copy.h), queued, run by one worker, and handed back through the
+**   done list. The loop thread learns of it from a "bell": one luna_post of
+**   bell_cb per batch (the flag `bell` says one is in the inbox), which
+**   completes the jobs' promises right there (luna__promise_complete_now),
+**   so the awaiting tasks resume in that same run of Update.
+**   Deterministic jobs ({deliver_frame = k}) are not on the done list: the
+**   loop thread keeps them in call order and completes them from a
+**   repeating item at Update of their frame, waiting for the ones that are
+**   late.
+** - Workers never touch a promise except to read whether it was given up
+**   (task.worker.cancelled()); every completion happens on the loop thread.
+**   So closing the pool decides alone what the awaiting tasks get.
+** - A worker's state W is the worker thread's alone (created, used and, but
+**   at close, closed there). Its extra space holds the worker; its count
+**   hook, armed for every job, charges the job's instruction budget and
+**   stops the job when the pool closes.
+** - A share (task.workers.share) is one encoded snapshot with two atomic
+**   counts: `users` (Share values of the owner, jobs holding it in their
+**   arguments) and `refs` (users plus the worker states that decoded it).
+**   A worker keeps its read-only decoded copy while users > 0 and drops it
+**   at the next job after that ends (the global share_epoch tells it to
+**   look).
+** - The pool's C struct lives while its Pool value does and while a bell is
+**   in the inbox: `alive` and `bell` decide when it is freed (pool_maybe_free).
+**
+** Includes: the binding's headers, copy.h, the public headers.
+*/
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "binding.h"
+#include "copy.h"
+#include "lunaloop/extension.h"
+#include "lunaloop_workers.h"
+#include "promise.h"
+#include "workers.h"
+
+#define POOL_MT "lunaloop.Pool"
+#define JOB_MT "lunaloop.WorkerJob"
+#define SHARE_MT "lunaloop.Share"
+#define MAX_THREADS 256
+#define HOOK_STEP 1000
+#define CLOSED_MSG "the worker pool is closed"
+
+static const char default_key = 'D'; /* registry: the state's default Pool */
+static const char anchor_key = 'A';  /* registry: table of open Pools (kept alive) */
+
+/* ---- shares ----------------------------------------------------------------- */
+
+typedef struct share {
+  _Atomic(long) refs;  /* users + worker states holding a decoded copy */
+  _Atomic(long) users; /* Share values, jobs in flight */
+  char *data;
+  size_t len;
+} share;
+
+static _Atomic(uint64_t) share_epoch; /* bumped when a share loses its last user */
+
+static void share_release(share *s) {
+  if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1) {
+    free(s->data);
+    free(s);
+  }
+}
+
+static void share_unuse(share *s) {
+  if (atomic_fetch_sub_explicit(&s->users, 1, memory_order_acq_rel) == 1)
+    atomic_fetch_add_explicit(&share_epoch, 1, memory_order_release);
+  share_release(s);
+}
+
+static void share_use(share *s) {
+  atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&s->users, 1, memory_order_relaxed);
+}
+
+/* ---- jobs -------------------------------------------------------------------- */
+
+enum { JOB_CALL, JOB_POST, JOB_MAP };
+enum { OUT_NONE, OUT_OK, OUT_ERR, OUT_DROPPED };
+
+typedef struct job job;
+struct job {
+  job *next;             /* the queue, then the done list */
+  job *det_next;         /* the loop's list of deterministic jobs */
+  luna_workers *pool;
+  uint8_t kind;
+  uint8_t outcome;
+  bool det;              /* delivered at frame `due` (deliver_frame) */
+  bool done;             /* det: the worker finished it (under mu) */
+  bool orphan;           /* det: the loop let go; the worker frees it (under mu) */
+  uint64_t due, seq;
+  uint64_t instructions; /* budget; 0: none */
+  luna_promise *promise; /* the pool's reference; NULL for posts */
+  char *names;           /* "module\0function\0" */
+  const char *fn;
+  char *args;            /* encoded arguments; freed by the worker once decoded */
+  size_t args_len;
+  share **shares;        /* the shares the arguments hold (one use each) */
+  size_t nshares, shares_cap;
+  char *res;             /* OUT_OK: encoded results; OUT_ERR: the message */
+  size_t res_len;
+  int worker;
+};
+
+static void job_free(job *j) {
+  size_t i;
+  for (i = 0; i < j->nshares; i++)
+    share_unuse(j->shares[i]);
+  free(j->shares);
+  free(j->names);
+  free(j->args);
+  free(j->res);
+  free(j);
+}
+
+/* ---- the pool ----------------------------------------------------------------- */
+
+typedef struct worker {
+  luna_workers *pool;
+  int index; /* 1-based */
+  pthread_t thread;
+  bool started;
+  lua_State *W;
+  size_t mem, limit;
+  bool oom;             /* the allocator refused during this job */
+  job *current;
+  uint64_t used, budget;
+  int step;             /* what the armed hook will charge when it fires */
+  bool exceeded;
+  uint64_t epoch;       /* share_epoch when the cache was last swept */
+  share **cached;       /* shares decoded in W */
+  size_t ncached, cached_cap;
+  char *error;          /* why the state could not be made (startup) */
+} worker;
+
+struct luna_workers {
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv, done_cv, ready_cv;
+  /* under mu */
+  job *qhead, *qtail;
+  size_t queued, running;
+  job *dhead, *dtail;
+  bool bell;        /* a bell_cb is in the inbox */
+  bool room_wanted; /* tasks wait for room: ring the bell when a job is taken */
+  bool stopping;
+  int ready;        /* workers that finished starting */
+  luna_workers_stats st;
+  _Atomic(int) stop_flag; /* read by the hooks */
+  /* immutable after creation */
+  luna_loop *loop;
+  luna__binding *b;
+  int nthreads;
+  size_t cap;
+  size_t memory_limit;
+  uint64_t instructions;
+  luna_alloc_fn alloc;
+  void *alloc_ud;
+  luna_workers_init_fn init;
+  void *init_ud;
+  char *path, *cpath;
+  worker *w;
+  /* loop thread only */
+  bool closed, alive, listening;
+  job *det_head;         /* deterministic jobs outstanding, by (due, seq) */
+  bool det_item_on;
+  luna_item_id det_item;
+  uint64_t seq;
+  luna_promise **room;   /* tasks waiting for room, in order */
+  size_t nroom, room_cap;
+};
+
+static void *default_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  (void)ud;
+  (void)osize;
+  if (nsize == 0) {
+    free(ptr);
+    return NULL;
+  }
+  return realloc(ptr, nsize);
+}
+
+/* ---- the worker's state ------------------------------------------------------ */
+
+/* The worker state's allocator: the host's, under the memory limit. Runs
+   on the worker thread (and on the loop thread while a closed pool closes
+   the states, after the workers were joined). */
+static void *worker_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  worker *w = (worker *)ud;
+  luna_workers *p = w->pool;
+  void *np;
+  if (ptr == NULL)
+    osize = 0;
+  if (nsize == 0) {
+    if (ptr != NULL) {
+      p->alloc(p->alloc_ud, ptr, osize, 0);
+      w->mem -= osize;
+    }
+    return NULL;
+  }
+  if (w->limit != 0 && nsize > osize && w->mem + (nsize - osize) > w->limit) {
+    w->oom = true;
+    return NULL;
+  }
+  np = p->alloc(p->alloc_ud, ptr, osize, nsize);
+  if (np == NULL) {
+    w->oom = true;
+    return NULL;
+  }
+  w->mem = w->mem - osize + nsize;
+  return np;
+}
+
+static worker *worker_of(lua_State *W) {
+  return *(worker **)lua_getextraspace(W);
+}
+
+/* The count hook of every job: charges the budget, stops the job once it
+   is spent (and at every instruction after that, so that a pcall cannot
+   swallow it) or once the pool closes. */
+static void worker_hook(lua_State *W, lua_Debug *ar) {
+  worker *w = worker_of(W);
+  (void)ar;
+  if (atomic_load_explicit(&w->pool->stop_flag, memory_order_relaxed)) {
+    lua_sethook(W, worker_hook, LUA_MASKCOUNT, 1);
+    luaL_error(W, "cancelled: " CLOSED_MSG);
+  }
+  if (w->budget == 0)
+    return;
+  if (!w->exceeded) {
+    uint64_t left;
+    w->used += (uint64_t)w->step;
+    if (w->used < w->budget) {
+      left = w->budget - w->used;
+      w->step = left < HOOK_STEP ? (int)left : HOOK_STEP;
+      lua_sethook(W, worker_hook, LUA_MASKCOUNT, w->step);
+      return;
+    }
+    w->exceeded = true;
+  }
+  lua_sethook(W, worker_hook, LUA_MASKCOUNT, 1);
+  luaL_error(W, "the job ran out of its instruction budget (%I instructions)",
+             (lua_Integer)w->budget);
+}
+
+/* task.worker.cancelled() -> boolean: the job's promise was given up (its
+   awaiting task was cancelled, it timed out, ...) or the pool is closing. */
+static int l_worker_cancelled(lua_State *W) {
+  worker *w = worker_of(W);
+  bool c = atomic_load_explicit(&w->pool->stop_flag, memory_order_relaxed) != 0;
+  if (!c && w->current != NULL && w->current->promise != NULL)
+    c = luna_promise_is_cancelled(w->current->promise);
+  lua_pushboolean(W, c);
+  return 1;
+}
+
+/* The read-only view of a decoded share: every table becomes an empty
+   proxy whose metatable reads through to it. */
+static const char freeze_src[] =
+    "local setmetatable, next, type, error = setmetatable, next, type, error\n"
+    "local function ro() error('a shared table is read-only', 2) end\n"
+    "local function freeze(t)\n"
+    "  for k, v in next, t do if type(v) == 'table' then t[k] = freeze(v) end end\n"
+    "  return setmetatable({}, {__index = t, __newindex = ro, __len = function() return #t end,\n"
+    "    __pairs = function() return next, t, nil end, __metatable = 'lunaloop.shared',\n"
+    "    __name = 'lunaloop.shared'})\n"
+    "end\n"
+    "return freeze\n";
+
+static const char freeze_key = 'F';
+static const char cache_key = 'C';
+
+/* Decodes share tokens in a worker state: one decoded, frozen copy per
+   worker, kept for later jobs. */
+static void worker_decode_special(lua_State *W, uint64_t token, void *ud) {
+  worker *w = (worker *)ud;
+  share *s = (share *)(uintptr_t)token;
+  lua_rawgetp(W, LUA_REGISTRYINDEX, &cache_key);
+  if (lua_rawgetp(W, -1, s) != LUA_TNIL) {
+    lua_remove(W, -2);
+    return;
+  }
+  lua_pop(W, 1);
+  if (w->ncached == w->cached_cap) {
+    size_t cap = w->cached_cap ? w->cached_cap * 2 : 8;
+    share **a = (share **)realloc(w->cached, cap * sizeof *a);
+    if (a == NULL)
+      luaL_error(W, "not enough memory");
+    w->cached = a;
+    w->cached_cap = cap;
+  }
+  lua_rawgetp(W, LUA_REGISTRYINDEX, &freeze_key);
+  luna__copy_decode(W, s->data, s->len);
+  if (lua_type(W, -1) == LUA_TTABLE)
+    lua_call(W, 1, 1);
+  else
+    lua_remove(W, -2);
+  lua_pushvalue(W, -1);
+  lua_rawsetp(W, -3, s);
+  lua_remove(W, -2);
+  atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+  w->cached[w->ncached++] = s;
+}
+
+/* Results going back: a read-only shared table cannot be copied (its
+   proxies are empty); say so rather than send {}. */
+static bool worker_encode_special(lua_State *W, int idx, void *ud, uint64_t *token) {
+  (void)ud;
+  (void)token;
+  if (luaL_getmetafield(W, idx, "__name") != LUA_TNIL) {
+    bool shared = lua_type(W, -1) == LUA_TSTRING && strcmp(lua_tostring(W, -1), "lunaloop.shared") == 0;
+    lua_pop(W, 1);
+    if (shared)
+      luaL_error(W, "a table of task.workers.share cannot be sent back (copy what you need)");
+  }
+  return false;
+}
+
+/* Drops the decoded copies of shares nobody uses any more. Worker thread. */
+static void sweep_cache(worker *w) {
+  uint64_t e = atomic_load_explicit(&share_epoch, memory_order_acquire);
+  size_t i = 0;
+  if (e == w->epoch)
+    return;
+  w->epoch = e;
+  lua_rawgetp(w->W, LUA_REGISTRYINDEX, &cache_key);
+  while (i < w->ncached) {
+    share *s = w->cached[i];
+    if (atomic_load_explicit(&s->users, memory_order_acquire) == 0) {
+      lua_pushnil(w->W);
+      lua_rawsetp(w->W, -2, s);
+      share_release(s);
+      w->cached[i] = w->cached[--w->ncached];
+    } else {
+      i++;
+    }
+  }
+  lua_pop(w->W, 1);
+}
+
+static void drop_cache(worker *w) {
+  size_t i;
+  for (i = 0; i < w->ncached; i++)
+    share_release(w->cached[i]);
+  w->ncached = 0;
+}
+
+static int open_worker_state(lua_State *W) {
+  worker *w = (worker *)lua_touserdata(W, 1);
+  luna_workers *p = w->pool;
+  luaL_openlibs(W);
+  lua_getglobal(W, "package");
+  if (p->path != NULL) {
+    lua_pushstring(W, p->path);
+    lua_setfield(W, -2, "path");
+  }
+  if (p->cpath != NULL) {
+    lua_pushstring(W, p->cpath);
+    lua_setfield(W, -2, "cpath");
+  }
+  lua_pop(W, 1);
+  /* task.worker: what a job may ask of its worker */
+  lua_createtable(W, 0, 1);
+  lua_createtable(W, 0, 2);
+  lua_pushcfunction(W, l_worker_cancelled);
+  lua_setfield(W, -2, "cancelled");
+  lua_pushinteger(W, w->index);
+  lua_setfield(W, -2, "id");
+  lua_setfield(W, -2, "worker");
+  lua_setglobal(W, "task");
+  if (luaL_loadbuffer(W, freeze_src, sizeof freeze_src - 1, "=lunaloop/share") != LUA_OK)
+    lua_error(W);
+  lua_call(W, 0, 1);
+  lua_rawsetp(W, LUA_REGISTRYINDEX, &freeze_key);
+  lua_newtable(W);
+  lua_rawsetp(W, LUA_REGISTRYINDEX, &cache_key);
+  if (p->init != NULL) {
+    int top = lua_gettop(W);
+    if (p->init(W, w->index, p->init_ud) != 0) {
+      if (lua_gettop(W) > top && lua_type(W, -1) == LUA_TSTRING)
+        return lua_error(W);
+      return luaL_error(W, "the host's init hook refused worker %d", w->index);
+    }
+    lua_settop(W, top);
+  }
+  return 0;
+}
+
+/* Makes w's state; NULL and a malloc'ed message in *err on failure. */
+static lua_State *make_state(worker *w, char **err) {
+  lua_State *W;
+  w->mem = 0;
+  w->oom = false;
+  w->epoch = atomic_load_explicit(&share_epoch, memory_order_acquire);
+  W = lua_newstate(worker_alloc, w);
+  if (W == NULL) {
+    *err = strdup("not enough memory for a worker state");
+    return NULL;
+  }
+  *(worker **)lua_getextraspace(W) = w;
+  lua_pushcfunction(W, open_worker_state);
+  lua_pushlightuserdata(W, w);
+  if (lua_pcall(W, 1, 0, 0) != LUA_OK) {
+    const char *m = lua_tostring(W, -1);
+    *err = strdup(m != NULL ? m : "worker state failed to open");
+    lua_close(W);
+    return NULL;
+  }
+  return W;
+}
+
+/* ---- running a job (worker thread) --------------------------------------------- */
+
+static int job_msgh(lua_State *W) {
+  worker *w = worker_of(W);
+  const char *msg = luaL_tolstring(W, 1, NULL);
+  luaL_traceback(W, W, NULL, 1);
+  lua_pushfstring(W, "%s\n(worker %d, %s.%s) %s", msg, w->index, w->current->names,
+                  w->current->fn, lua_tostring(W, -1));
+  return 1;
+}
+
+static int run_protected(lua_State *W) {
+  worker *w = worker_of(W);
+  job *j = w->current;
+  luna__copy_special dec = {NULL, worker_decode_special, w};
+  luna__copy_special enc = {worker_encode_special, NULL, NULL};
+  luna__copy_opts o = {UINT32_MAX, NULL, NULL, "states", "result %d", &enc};
+  char what[160];
+  int base, n, st;
+  lua_settop(W, 0);
+  /* the function: require(module)[fn] */
+  lua_getglobal(W, "require");
+  lua_pushstring(W, j->names);
+  lua_call(W, 1, 1);
+  if (lua_type(W, 1) != LUA_TTABLE)
+    return luaL_error(W, "module '%s' returned a %s, not a table of functions", j->names,
+                      luaL_typename(W, 1));
+  if (lua_getfield(W, 1, j->fn) != LUA_TFUNCTION)
+    return luaL_error(W, "module '%s' has no function '%s' (found a %s)", j->names, j->fn,
+                      luaL_typename(W, -1));
+  base = lua_gettop(W);
+  n = luna__copy_decode_values(W, j->args, j->args_len, &dec);
+  free(j->args);
+  j->args = NULL;
+  if (j->kind == JOB_MAP) {
+    /* args: (list, first index): fn(item, index) for each, first results */
+    lua_Integer i, len, first;
+    int list = base + 1;
+    first = lua_tointeger(W, base + 2);
+    len = (lua_Integer)lua_rawlen(W, list);
+    lua_createtable(W, (int)len, 0);
+    for (i = 1; i <= len; i++) {
+      lua_pushvalue(W, base);
+      lua_rawgeti(W, list, i);
+      lua_pushinteger(W, first + i - 1);
+      lua_call(W, 2, 1);
+      lua_rawseti(W, -2, i);
+    }
+    lua_replace(W, base);
+    lua_settop(W, base);
+    base--;
+    n = 1;
+  } else {
+    lua_call(W, n, LUA_MULTRET);
+    n = lua_gettop(W) - base + 1;
+    base--;
+  }
+  if (j->kind == JOB_POST)
+    return 0;
+  snprintf(what, sizeof what, "%s.%s", j->names, j->fn);
+  o.what = what;
+  st = luna__copy_encode_values(W, base + 1, n, &o, &j->res, &j->res_len);
+  if (st != LUA_OK)
+    return lua_error(W);
+  return 0;
+}
+
+static void set_error(job *j, const char *msg) {
+  free(j->res);
+  j->res = strdup(msg != NULL ? msg : "(no message)");
+  j->res_len = j->res != NULL ? strlen(j->res) : 0;
+  j->outcome = OUT_ERR;
+}
+
+static void run_job(worker *w, job *j) {
+  lua_State *W = w->W;
+  int st;
+  j->worker = w->index;
+  if (j->promise != NULL && luna_promise_is_cancelled(j->promise)) {
+    j->outcome = OUT_DROPPED;
+    return;
+  }
+  if (W == NULL) { /* recreating after running out of memory failed last time */
+    char *err = NULL;
+    W = w->W = make_state(w, &err);
+    if (W == NULL) {
+      char msg[300];
+      snprintf(msg, sizeof msg, "worker %d has no Lua state: %s", w->index, err ? err : "?");
+      free(err);
+      set_error(j, msg);
+      return;
+    }
+  }
+  sweep_cache(w);
+  w->current = j;
+  w->used = 0;
+  w->budget = j->instructions;
+  w->exceeded = false;
+  w->oom = false;
+  w->limit = w->pool->memory_limit;
+  w->step = w->budget != 0 && w->budget < HOOK_STEP ? (int)w->budget : HOOK_STEP;
+  lua_sethook(W, worker_hook, LUA_MASKCOUNT, w->step);
+  lua_settop(W, 0);
+  lua_pushcfunction(W, job_msgh);
+  lua_pushcfunction(W, run_protected);
+  st = lua_pcall(W, 0, 0, 1);
+  lua_sethook(W, NULL, 0, 0);
+  if (st == LUA_OK) {
+    j->outcome = OUT_OK;
+  } else if (st == LUA_ERRMEM || w->oom) {
+    char msg[400];
+    const char *m = lua_tostring(W, -1);
+    snprintf(msg, sizeof msg,
+             "worker %d ran out of memory (limit %zu bytes) in %s.%s: %s; its state was recreated",
+             w->index, w->limit, j->names, j->fn, m != NULL ? m : "not enough memory");
+    set_error(j, msg);
+  } else {
+    set_error(j, lua_tostring(W, -1));
+  }
+  if (j->outcome == OUT_OK && j->promise != NULL && luna_promise_is_cancelled(j->promise))
+    j->outcome = OUT_DROPPED;
+  w->current = NULL;
+  lua_settop(W, 0);
+  if (w->oom) {
+    char *err = NULL;
+    w->limit = 0; /* closing frees only */
+    drop_cache(w);
+    lua_close(W);
+    w->limit = w->pool->memory_limit;
+    w->W = make_state(w, &err);
+    free(err);
+    pthread_mutex_lock(&w->pool->mu);
+    w->pool->st.recreated++;
+    pthread_mutex_unlock(&w->pool->mu);
+  }
+}
+
+static void bell_cb(luna_loop *loop, void *arg);
+
+static void *worker_main(void *arg) {
+  worker *w = (worker *)arg;
+  luna_workers *p = w->pool;
+  char *err = NULL;
+  w->limit = p->memory_limit;
+  w->W = make_state(w, &err);
+  pthread_mutex_lock(&p->mu);
+  w->error = err;
+  p->ready++;
+  pthread_cond_broadcast(&p->ready_cv);
+  if (w->W == NULL) {
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+  }
+  for (;;) {
+    job *j;
+    bool ring = false;
+    while (!p->stopping && p->qhead == NULL)
+      pthread_cond_wait(&p->work_cv, &p->mu);
+    if (p->stopping)
+      break;
+    j = p->qhead;
+    p->qhead = j->next;
+    if (p->qhead == NULL)
+      p->qtail = NULL;
+    j->next = NULL;
+    p->queued--;
+    p->running++;
+    if (p->room_wanted && !p->bell)
+      ring = p->bell = true;
+    pthread_mutex_unlock(&p->mu);
+    if (ring && luna_post(p->loop, LUNA_UPDATE, bell_cb, p) != 0) {
+      pthread_mutex_lock(&p->mu);
+      p->bell = false;
+      pthread_mutex_unlock(&p->mu);
+    }
+    run_job(w, j);
+    ring = false;
+    pthread_mutex_lock(&p->mu);
+    p->running--;
+    if (j->outcome == OUT_OK)
+      p->st.completed++;
+    else if (j->outcome == OUT_ERR)
+      p->st.failed++;
+    else
+      p->st.dropped++;
+    if (j->det) {
+      if (j->orphan) {
+        pthread_mutex_unlock(&p->mu);
+        luna_promise_release(j->promise);
+        job_free(j);
+        pthread_mutex_lock(&p->mu);
+        continue;
+      }
+      j->done = true;
+      pthread_cond_broadcast(&p->done_cv);
+    } else {
+      if (p->dtail != NULL)
+        p->dtail->next = j;
+      else
+        p->dhead = j;
+      p->dtail = j;
+      if (!p->bell)
+        ring = p->bell = true;
+    }
+    if (ring) {
+      pthread_mutex_unlock(&p->mu);
+      if (luna_post(p->loop, LUNA_UPDATE, bell_cb, p) != 0) {
+        pthread_mutex_lock(&p->mu);
+        p->bell = false; /* the next completion tries again */
+        pthread_mutex_unlock(&p->mu);
+      }
+      pthread_mutex_lock(&p->mu);
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* ---- delivering (loop thread) ---------------------------------------------------- */
+
+static int push_results(lua_State *L, void *data) {
+  job *j = (job *)data;
+  return luna__copy_decode_values(L, j->res, j->res_len, NULL);
+}
+
+static int push_closed(lua_State *L, void *data) {
+  (void)data;
+  luna__push_cancel_error(L);
+  return lua_error(L);
+}
+
+static void free_job_cb(void *data) { job_free((job *)data); }
+
+static void report_post_error(luna_workers *p, job *j) {
+  lua_State *L;
+  char what[200];
+  if (p->b == NULL || p->b->loop == NULL || p->b->closing)
+    return;
+  L = luna__exec_state(p->b);
+  if (!lua_checkstack(L, 4))
+    return;
+  snprintf(what, sizeof what, "worker post %s.%s", j->names, j->fn);
+  lua_pushstring(L, j->res);
+  luna__report(p->b, L, -1, 0, 0, what);
+  lua_pop(L, 1);
+}
+
+/* Completes one job's promise now (loop thread, at loop level), or reports
+   a post's error. Frees the job. */
+static void deliver(luna_workers *p, job *j) {
+  luna_promise *pr = j->promise;
+  if (pr == NULL) {
+    if (j->outcome == OUT_ERR)
+      report_post_error(p, j);
+    job_free(j);
+    return;
+  }
+  if (j->outcome == OUT_OK) {
+    if (luna__promise_complete_now(pr, push_results, j, free_job_cb, NULL) != 0)
+      job_free(j);
+  } else if (j->outcome == OUT_ERR) {
+    luna__promise_complete_now(pr, NULL, NULL, NULL, j->res);
+    job_free(j);
+  } else {
+    job_free(j);
+  }
+  luna_promise_release(pr);
+}
+
+/* Wakes up to `room` tasks waiting for room (the given-up ones are skipped). */
+static void wake_room(luna_workers *p, size_t room) {
+  size_t i = 0, k;
+  while (i < p->nroom && room > 0) {
+    luna_promise *r = p->room[i++];
+    if (!luna_promise_is_cancelled(r)) {
+      luna__promise_complete_now(r, NULL, NULL, NULL, NULL);
+      room--;
+    }
+    luna_promise_release(r);
+  }
+  for (k = 0; i + k < p->nroom; k++)
+    p->room[k] = p->room[i + k];
+  p->nroom = k;
+}
+
+static void pool_maybe_free(luna_workers *p);
+
+static void bell_cb(luna_loop *loop, void *arg) {
+  luna_workers *p = (luna_workers *)arg;
+  job *list;
+  size_t room;
+  (void)loop;
+  pthread_mutex_lock(&p->mu);
+  p->bell = false;
+  list = p->dhead;
+  p->dhead = p->dtail = NULL;
+  room = p->queued < p->cap ? p->cap - p->queued : 0;
+  pthread_mutex_unlock(&p->mu);
+  if (p->closed) { /* closed meanwhile: close took the done list already */
+    pool_maybe_free(p);
+    return;
+  }
+  while (list != NULL) {
+    job *j = list;
+    list = j->next;
+    j->next = NULL;
+    deliver(p, j);
+  }
+  if (p->nroom > 0 && room > 0 && !p->closed) {
+    wake_room(p, room);
+    pthread_mutex_lock(&p->mu);
+    p->room_wanted = p->nroom > 0;
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
+/* The repeating item at Update while deterministic jobs are outstanding:
+   completes, in call order, every one due by this frame, waiting for a
+   late one. */
+static bool det_step(luna_loop *loop, void *arg) {
+  luna_workers *p = (luna_workers *)arg;
+  uint64_t frame = luna__loop_frame(loop);
+  while (p->det_head != NULL && p->det_head->due <= frame && !p->closed) {
+    job *j = p->det_head;
+    bool given_up = j->promise != NULL && luna_promise_is_cancelled(j->promise);
+    p->det_head = j->det_next;
+    j->det_next = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (!j->done && given_up) {
+      j->orphan = true; /* nobody waits: the worker (or close) frees it */
+      pthread_mutex_unlock(&p->mu);
+      continue;
+    }
+    while (!j->done)
+      pthread_cond_wait(&p->done_cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    deliver(p, j);
+  }
+  if (p->det_head == NULL || p->closed) {
+    p->det_item_on = false;
+    return false;
+  }
+  return true;
+}
+
+/* ---- closing ------------------------------------------------------------------------ */
+
+/* Ends a job that will not be delivered normally: with `complete` (the
+   state and loop live on), its awaiting tasks get the cancellation error
+   (or the results, if it had finished); otherwise (the state or loop is
+   going away) the promise is let go of, which gives it up. */
+static void end_job(luna_workers *p, job *j, bool complete) {
+  luna_promise *pr = j->promise;
+  if (pr == NULL || !complete) {
+    if (pr != NULL)
+      luna_promise_release(pr);
+    job_free(j);
+    return;
+  }
+  if (j->outcome == OUT_OK || j->outcome == OUT_ERR) {
+    deliver(p, j);
+    return;
+  }
+  luna_promise_resolve(pr, push_closed, j, free_job_cb);
+  luna_promise_release(pr);
+}
+
+static void pool_listener(luna_loop *loop, luna_event event, void *ud);
+
+static void pool_close(luna_workers *p, bool complete) {
+  job *q, *d, *det;
+  int i;
+  size_t k;
+  if (p->closed)
+    return;
+  p->closed = true;
+  pthread_mutex_lock(&p->mu);
+  p->stopping = true;
+  atomic_store(&p->stop_flag, 1);
+  pthread_cond_broadcast(&p->work_cv);
+  pthread_mutex_unlock(&p->mu);
+  for (i = 0; i < p->nthreads; i++)
+    if (p->w[i].started)
+      pthread_join(p->w[i].thread, NULL);
+  pthread_mutex_lock(&p->mu);
+  q = p->qhead;
+  p->qhead = p->qtail = NULL;
+  p->st.dropped += p->queued;
+  p->queued = 0;
+  d = p->dhead;
+  p->dhead = p->dtail = NULL;
+  pthread_mutex_unlock(&p->mu);
+  det = p->det_head;
+  p->det_head = NULL;
+  if (p->det_item_on && p->loop != NULL) {
+    luna_item_remove(p->loop, p->det_item);
+    p->det_item_on = false;
+  }
+  if (p->b == NULL || p->b->loop == NULL || p->b->closing || p->loop == NULL)
+    complete = false;
+  while (d != NULL) {
+    job *j = d;
+    d = j->next;
+    end_job(p, j, complete);
+  }
+  while (q != NULL) { /* a deterministic one is ended through the det list */
+    job *j = q;
+    q = j->next;
+    if (!j->det || j->orphan)
+      end_job(p, j, complete && !j->orphan);
+  }
+  while (det != NULL) {
+    job *j = det;
+    det = j->det_next;
+    end_job(p, j, complete);
+  }
+  for (k = 0; k < p->nroom; k++) {
+    if (complete)
+      luna_promise_resolve(p->room[k], NULL, NULL, NULL);
+    luna_promise_release(p->room[k]);
+  }
+  p->nroom = 0;
+  for (i = 0; i < p->nthreads; i++) {
+    worker *w = &p->w[i];
+    if (w->W != NULL) {
+      w->limit = 0;
+      drop_cache(w);
+      lua_close(w->W);
+      w->W = NULL;
+    }
+    free(w->cached);
+    w->cached = NULL;
+    free(w->error);
+    w->error = NULL;
+  }
+}
+
+static void pool_free(luna_workers *p) {
+  if (p->listening && p->loop != NULL)
+    luna_loop_remove_listener(p->loop, pool_listener, p);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->work_cv);
+  pthread_cond_destroy(&p->done_cv);
+  pthread_cond_destroy(&p->ready_cv);
+  free(p->room);
+  free(p->w);
+  free(p->path);
+  free(p->cpath);
+  free(p);
+}
+
+/* Frees the pool once it is closed, its Pool value is gone and no bell is
+   in the inbox (the workers are joined: only the loop thread is left). */
+static void pool_maybe_free(luna_workers *p) {
+  if (p->closed && !p->alive && !p->bell)
+    pool_free(p);
+}
+
+static void pool_listener(luna_loop *loop, luna_event event, void *ud) {
+  luna_workers *p = (luna_workers *)ud;
+  (void)loop;
+  if (event != LUNA_EVENT_FREE)
+    return; /* a reset gives up the promises: the workers see it */
+  pool_close(p, false);
+  p->bell = false; /* the inbox is discarded with the loop */
+  p->listening = false;
+  p->loop = NULL;
+  pool_maybe_free(p);
+}
+
+/* ---- the public C API ---------------------------------------------------------------- */
+
+static int online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+typedef struct pool_ud {
+  luna_workers *p;
+} pool_ud;
+
+static void copy_package_path(lua_State *L, luna_workers *p) {
+  if (lua_getglobal(L, "package") == LUA_TTABLE) {
+    if (lua_getfield(L, -1, "path") == LUA_TSTRING)
+      p->path = strdup(lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if (lua_getfield(L, -1, "cpath") == LUA_TSTRING)
+      p->cpath = strdup(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+static int fail(lua_State *L, int rc, const char *msg) {
+  lua_pushstring(L, msg);
+  return rc;
+}
+
+LUNA_API int luna_workers_new(lua_State *L, const luna_workers_config *cfg, luna_workers **out) {
+  luna_workers_config c;
+  luna__binding *b;
+  luna_workers *p;
+  pool_ud *ud;
+  int i, started = 0;
+  if (L == NULL)
+    return LUNA_EINVAL;
+  if (!lua_checkstack(L, 4))
+    return LUNA_ENOMEM;
+  b = luna__get_binding(L);
+  if (b == NULL)
+    return fail(L, LUNA_EINVAL, "the state has no lunaloop binding");
+  if (b->loop == NULL || b->closing)
+    return fail(L, LUNA_ESTATE, "the state's loop was freed or the state is closing");
+  memset(&c, 0, sizeof c);
+  if (cfg != NULL)
+    c = *cfg;
+  if (c.threads < 0 || c.threads > MAX_THREADS)
+    return fail(L, LUNA_EINVAL, "threads must be 0..256");
+  if (c.threads == 0)
+    c.threads = online_cores() > 1 ? online_cores() - 1 : 1;
+  if (c.queue == 0)
+    c.queue = 64 * (size_t)c.threads;
+  p = (luna_workers *)calloc(1, sizeof *p);
+  if (p == NULL)
+    return fail(L, LUNA_ENOMEM, "out of memory");
+  p->w = (worker *)calloc((size_t)c.threads, sizeof *p->w);
+  if (p->w == NULL) {
+    free(p);
+    return fail(L, LUNA_ENOMEM, "out of memory");
+  }
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->work_cv, NULL);
+  pthread_cond_init(&p->done_cv, NULL);
+  pthread_cond_init(&p->ready_cv, NULL);
+  p->loop = b->loop;
+  p->b = b;
+  p->nthreads = c.threads;
+  p->cap = c.queue;
+  p->memory_limit = c.memory_limit;
+  p->instructions = c.instructions;
+  p->alloc = c.alloc != NULL ? c.alloc : default_alloc;
+  p->alloc_ud = c.alloc != NULL ? c.alloc_ud : NULL;
+  p->init = c.init;
+  p->init_ud = c.init_ud;
+  p->st.threads = c.threads;
+  copy_package_path(L, p);
+  if (luna_loop_add_listener(p->loop, pool_listener, p) != 0) {
+    p->closed = true;
+    pool_free(p);
+    return fail(L, LUNA_ENOMEM, "out of memory");
+  }
+  p->listening = true;
+  /* the Pool value first (it may raise): from now on its __gc closes */
+  ud = (pool_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
+  ud->p = NULL;
+  luaL_setmetatable(L, POOL_MT);
+  ud->p = p;
+  p->alive = true;
+  for (i = 0; i < c.threads; i++) {
+    worker *w = &p->w[i];
+    w->pool = p;
+    w->index = i + 1;
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
+      break;
+    w->started = true;
+    started++;
+  }
+  pthread_mutex_lock(&p->mu);
+  while (p->ready < started)
+    pthread_cond_wait(&p->ready_cv, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+  for (i = 0; i < c.threads; i++) {
+    if (!p->w[i].started || p->w[i].error != NULL) {
+      char msg[400];
+      snprintf(msg, sizeof msg, "worker %d could not start: %s", i + 1,
+               p->w[i].error != NULL ? p->w[i].error : "cannot create the thread");
+      pool_close(p, false);
+      lua_pop(L, 1);
+      lua_pushstring(L, msg);
+      return LUNA_ESTATE;
+    }
+  }
+  /* anchored until closed; the first is the state's default */
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &anchor_key);
+  if (lua_type(L, -1) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &anchor_key);
+  }
+  lua_pushvalue(L, -2);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &default_key) == LUA_TNIL) {
+    lua_pushvalue(L, -2);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &default_key);
+  }
+  lua_pop(L, 1);
+  if (out != NULL)
+    *out = p;
+  return 0;
+}
+
+static void unanchor(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &anchor_key) == LUA_TTABLE) {
+    lua_pushvalue(L, idx);
+    lua_pushnil(L);
+    lua_rawset(L, -3);
+  }
+  lua_pop(L, 1);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &default_key) != LUA_TNIL && lua_rawequal(L, -1, idx)) {
+    lua_pushnil(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &default_key);
+  }
+  lua_pop(L, 1);
+}
+
+LUNA_API int luna_workers_close(luna_workers *w) {
+  if (w == NULL)
+    return LUNA_EINVAL;
+  if (w->closed)
+    return LUNA_EALREADY;
+  pool_close(w, true);
+  /* the Pool value stays anchored until the state closes or pool:close()
+     is called from Lua; it reads as closed */
+  return 0;
+}
+
+LUNA_API void luna_workers_get_stats(luna_workers *w, luna_workers_stats *out) {
+  if (out == NULL)
+    return;
+  memset(out, 0, sizeof *out);
+  if (w == NULL)
+    return;
+  pthread_mutex_lock(&w->mu);
+  *out = w->st;
+  out->queued = w->queued;
+  out->running = w->running;
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- the Lua side's primitives ------------------------------------------------------- */
+
+static luna_workers *check_pool(lua_State *L, int idx, bool open) {
+  pool_ud *ud = (pool_ud *)luaL_checkudata(L, idx, POOL_MT);
+  if (ud->p == NULL || (open && ud->p->closed))
+    luaL_error(L, "task.workers: " CLOSED_MSG);
+  return ud->p;
+}
+
+static int l_pool_gc(lua_State *L) {
+  pool_ud *ud = (pool_ud *)lua_touserdata(L, 1);
+  luna_workers *p = ud->p;
+  if (p == NULL)
+    return 0;
+  ud->p = NULL;
+  pool_close(p, false);
+  p->alive = false;
+  pool_maybe_free(p);
+  return 0;
+}
+
+/* pool:close(): see luna_workers_close. Idempotent. */
+static int l_pool_close(lua_State *L) {
+  luna_workers *p = check_pool(L, 1, false);
+  pool_close(p, true);
+  unanchor(L, 1);
+  return 0;
+}
+
+/* pool:stats() -> table of the counters (luna_workers_stats). */
+static int l_pool_stats(lua_State *L) {
+  luna_workers *p = check_pool(L, 1, false);
+  luna_workers_stats s;
+  luna_workers_get_stats(p, &s);
+  lua_createtable(L, 0, 11);
+#define F(name) (lua_pushinteger(L, (lua_Integer)s.name), lua_setfield(L, -2, #name))
+  F(threads);
+  F(queued);
+  F(running);
+  F(submitted);
+  F(completed);
+  F(failed);
+  F(dropped);
+  F(waited);
+  F(overflowed);
+  F(recreated);
+#undef F
+  lua_pushinteger(L, (lua_Integer)p->cap);
+  lua_setfield(L, -2, "queue");
+  lua_pushboolean(L, p->closed);
+  lua_setfield(L, -2, "closed");
+  return 1;
+}
+
+static int l_pool_tostring(lua_State *L) {
+  pool_ud *ud = (pool_ud *)luaL_checkudata(L, 1, POOL_MT);
+  if (ud->p == NULL || ud->p->closed)
+    lua_pushliteral(L, "Pool (closed)");
+  else
+    lua_pushfstring(L, "Pool (%d threads)", ud->p->nthreads);
+  return 1;
+}
+
+static size_t field_size(lua_State *L, int opts, const char *name, size_t def) {
+  lua_Integer v;
+  int t = lua_getfield(L, opts, name);
+  if (t == LUA_TNIL) {
+    lua_pop(L, 1);
+    return def;
+  }
+  if (!lua_isinteger(L, -1) || (v = lua_tointeger(L, -1)) < 0)
+    luaL_error(L, "task.workers: option '%s' must be a non-negative integer, got %s", name,
+               t == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+  lua_pop(L, 1);
+  return (size_t)v;
+}
+
+/* workers_new(opts | nil) -> Pool: task.workers{threads, queue, memory,
+   instructions}. */
+static int l_workers_new(lua_State *L) {
+  static const char *const known[] = {"threads", "queue", "memory", "instructions", NULL};
+  luna_workers_config c;
+  int rc;
+  memset(&c, 0, sizeof c);
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luna__check_options(L, 1, known);
+    lua_getfield(L, 1, "threads");
+    if (!lua_isnil(L, -1) && (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 ||
+                              lua_tointeger(L, -1) > MAX_THREADS))
+      return luaL_error(L, "task.workers: option 'threads' must be an integer 1..%d, got %s",
+                        MAX_THREADS, luaL_tolstring(L, -1, NULL));
+    c.threads = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    c.queue = field_size(L, 1, "queue", 0);
+    c.memory_limit = field_size(L, 1, "memory", 0);
+    c.instructions = field_size(L, 1, "instructions", 0);
+    lua_settop(L, 1);
+  }
+  rc = luna_workers_new(L, &c, NULL);
+  if (rc == LUNA_ENOMEM && lua_gettop(L) <= 1)
+    return luaL_error(L, "not enough memory");
+  if (rc != 0)
+    return luaL_error(L, "task.workers: %s", lua_tostring(L, -1));
+  return 1;
+}
+
+/* workers_default() -> Pool | nil */
+static int l_workers_default(lua_State *L) {
+  pool_ud *ud;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &default_key);
+  ud = (pool_ud *)luaL_testudata(L, -1, POOL_MT);
+  if (ud == NULL || ud->p == NULL || ud->p->closed)
+    lua_pushnil(L);
+  return 1;
+}
+
+typedef struct job_ud {
+  job *j;
+} job_ud;
+
+static int l_job_gc(lua_State *L) {
+  job_ud *ud = (job_ud *)lua_touserdata(L, 1);
+  if (ud->j != NULL) {
+    job_free(ud->j);
+    ud->j = NULL;
+  }
+  return 0;
+}
+
+static bool loop_encode_special(lua_State *L, int idx, void *ud, uint64_t *token) {
+  job *j = (job *)ud;
+  share **sp = (share **)luaL_testudata(L, idx, SHARE_MT);
+  if (sp == NULL || *sp == NULL)
+    return false;
+  if (j->nshares == j->shares_cap) {
+    size_t cap = j->shares_cap ? j->shares_cap * 2 : 4;
+    share **a = (share **)realloc(j->shares, cap * sizeof *a);
+    if (a == NULL)
+      luaL_error(L, "not enough memory");
+    j->shares = a;
+    j->shares_cap = cap;
+  }
+  share_use(*sp);
+  j->shares[j->nshares++] = *sp;
+  *token = (uint64_t)(uintptr_t)*sp;
+  return true;
+}
+
+static const char *const kind_names[] = {"call", "post", "map", NULL};
+
+/* workers_prepare(pool, kind, module, fn, instructions, deliver_frame,
+   what, ...) -> Job | nil, message: copies the arguments now (a refusal is
+   returned, for the caller to raise at the user's line). */
+static int l_workers_prepare(lua_State *L) {
+  luna_workers *p = check_pool(L, 1, true);
+  int kind = luaL_checkoption(L, 2, NULL, kind_names);
+  size_t mlen, flen;
+  const char *mod = luaL_checklstring(L, 3, &mlen);
+  const char *fn = luaL_checklstring(L, 4, &flen);
+  lua_Integer instr = luaL_optinteger(L, 5, -1);
+  lua_Integer det = luaL_optinteger(L, 6, 0);
+  const char *what = luaL_checkstring(L, 7);
+  int nargs = lua_gettop(L) - 7;
+  luna__copy_special enc;
+  luna__copy_opts o;
+  job_ud *ud;
+  job *j;
+  ud = (job_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
+  ud->j = NULL;
+  luaL_setmetatable(L, JOB_MT);
+  j = (job *)calloc(1, sizeof *j);
+  if (j == NULL)
+    return luaL_error(L, "not enough memory");
+  ud->j = j;
+  j->names = (char *)malloc(mlen + flen + 2);
+  if (j->names == NULL)
+    return luaL_error(L, "not enough memory");
+  memcpy(j->names, mod, mlen + 1);
+  memcpy(j->names + mlen + 1, fn, flen + 1);
+  j->fn = j->names + mlen + 1;
+  j->pool = p;
+  j->kind = (uint8_t)kind;
+  j->instructions = instr < 0 ? p->instructions : (uint64_t)instr;
+  if (det > 0 && kind != JOB_POST) {
+    j->det = true;
+    j->due = luna__loop_frame(p->loop) + (uint64_t)det;
+  }
+  j->seq = ++p->seq;
+  enc.encode = loop_encode_special;
+  enc.decode = NULL;
+  enc.ud = j;
+  o.limit = UINT32_MAX;
+  o.what = what;
+  o.payer = NULL;
+  o.between = "states";
+  o.root = kind == JOB_MAP ? "items" : "argument %d";
+  o.special = &enc;
+  if (luna__copy_encode_values(L, 8, nargs, &o, &j->args, &j->args_len) != LUA_OK) {
+    lua_pushnil(L);
+    lua_insert(L, -2);
+    return 2;
+  }
+  return 1;
+}
+
+static void det_insert(luna_workers *p, job *j) {
+  job **at = &p->det_head;
+  while (*at != NULL && ((*at)->due < j->due || ((*at)->due == j->due && (*at)->seq < j->seq)))
+    at = &(*at)->det_next;
+  j->det_next = *at;
+  *at = j;
+}
+
+/* workers_submit(job) -> Promise | true (a post) | false, room: hands the
+   job to the pool; when the queue is full and the caller is a task that
+   may await, nothing is queued and `room` is a Promise to await before
+   trying again. */
+static int l_workers_submit(lua_State *L) {
+  job_ud *ud = (job_ud *)luaL_checkudata(L, 1, JOB_MT);
+  job *j = ud->j;
+  luna_workers *p;
+  luna_promise *pr = NULL;
+  bool full, can_wait;
+  int rc;
+  if (j == NULL)
+    return luaL_error(L, "task.workers: the job was submitted already");
+  p = j->pool;
+  if (p->closed)
+    return luaL_error(L, "task.workers: " CLOSED_MSG);
+  can_wait = p->b->current != NULL && lua_isyieldable(L);
+  pthread_mutex_lock(&p->mu);
+  full = p->queued >= p->cap;
+  pthread_mutex_unlock(&p->mu);
+  if (full && can_wait) {
+    if (p->nroom == p->room_cap) {
+      size_t cap = p->room_cap ? p->room_cap * 2 : 8;
+      luna_promise **a = (luna_promise **)realloc(p->room, cap * sizeof *a);
+      if (a == NULL)
+        return luaL_error(L, "not enough memory");
+      p->room = a;
+      p->room_cap = cap;
+    }
+    rc = luna_lua_promise_new(L, LUNA_UPDATE, &pr);
+    if (rc != 0)
+      return luaL_error(L, "task.workers: cannot wait for room: %s", luna_strerror(rc));
+    p->room[p->nroom++] = pr;
+    pthread_mutex_lock(&p->mu);
+    p->room_wanted = true;
+    p->st.waited++;
+    pthread_mutex_unlock(&p->mu);
+    lua_pushboolean(L, 0);
+    lua_insert(L, -2);
+    return 2;
+  }
+  if (j->kind != JOB_POST) {
+    rc = luna_lua_promise_new(L, LUNA_UPDATE, &pr);
+    if (rc != 0)
+      return luaL_error(L, "task.workers: cannot make the promise: %s", luna_strerror(rc));
+    j->promise = pr;
+  } else {
+    lua_pushboolean(L, 1);
+  }
+  if (j->det) {
+    /* the loop's list holds it too (it is freed by the delivery) */
+    if (!p->det_item_on) {
+      luna_item_options io = {-1000000, true};
+      if (luna_item_add_ex(p->loop, LUNA_UPDATE, det_step, p, &io, &p->det_item) != 0) {
+        j->promise = NULL;
+        luna_promise_release(pr);
+        return luaL_error(L, "not enough memory");
+      }
+      p->det_item_on = true;
+    }
+    det_insert(p, j);
+  }
+  ud->j = NULL;
+  pthread_mutex_lock(&p->mu);
+  if (p->qtail != NULL)
+    p->qtail->next = j;
+  else
+    p->qhead = j;
+  p->qtail = j;
+  p->queued++;
+  p->st.submitted++;
+  if (full)
+    p->st.overflowed++;
+  pthread_cond_signal(&p->work_cv);
+  pthread_mutex_unlock(&p->mu);
+  return 1;
+}
+
+/* ---- shares (loop side) ---------------------------------------------------------------- */
+
+static int l_share_gc(lua_State *L) {
+  share **sp = (share **)lua_touserdata(L, 1);
+  if (*sp != NULL) {
+    share_unuse(*sp);
+    *sp = NULL;
+  }
+  return 0;
+}
+
+static int l_share_tostring(lua_State *L) {
+  share **sp = (share **)luaL_checkudata(L, 1, SHARE_MT);
+  lua_pushfstring(L, "Share (%I bytes)", (lua_Integer)(*sp != NULL ? (*sp)->len : 0));
+  return 1;
+}
+
+/* workers_share(value) -> Share | nil, message */
+static int l_workers_share(lua_State *L) {
+  share **sp;
+  share *s;
+  char *data;
+  size_t len;
+  luaL_checkany(L, 1);
+  lua_settop(L, 1);
+  sp = (share **)lua_newuserdatauv(L, sizeof *sp, 0);
+  *sp = NULL;
+  luaL_setmetatable(L, SHARE_MT);
+  if (luna__copy_encode(L, 1, UINT32_MAX, "task.workers.share", NULL, &data, &len) != LUA_OK) {
+    lua_pushnil(L);
+    lua_insert(L, -2);
+    return 2;
+  }
+  s = (share *)malloc(sizeof *s);
+  if (s == NULL) {
+    free(data);
+    return luaL_error(L, "not enough memory");
+  }
+  atomic_init(&s->refs, 1);
+  atomic_init(&s->users, 1);
+  s->data = data;
+  s->len = len;
+  *sp = s;
+  return 1;
+}
+
+/* ---- registration ------------------------------------------------------------------------ */
+
+static const luaL_Reg pool_methods[] = {
+    {"close", l_pool_close}, {"stats", l_pool_stats}, {NULL, NULL}};
+
+void luna__open_workers(lua_State *L) {
+  if (luaL_newmetatable(L, POOL_MT)) {
+    lua_pushcfunction(L, l_pool_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_pool_tostring);
+    lua_setfield(L, -2, "__tostring");
+    luaL_newlib(L, pool_methods);
+    lua_setfield(L, -2, "__index");
+    luna__protect_metatable(L);
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, JOB_MT)) {
+    lua_pushcfunction(L, l_job_gc);
+    lua_setfield(L, -2, "__gc");
+    luna__protect_metatable(L);
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, SHARE_MT)) {
+    lua_pushcfunction(L, l_share_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_share_tostring);
+    lua_setfield(L, -2, "__tostring");
+    luna__protect_metatable(L);
+  }
+  lua_pop(L, 1);
+}
+
+/* workers_pool_methods() -> the Pool's methods table (workers.lua adds open) */
+static int l_workers_pool_methods(lua_State *L) {
+  luaL_getmetatable(L, POOL_MT);
+  lua_getfield(L, -1, "__index");
+  return 1;
+}
+
+const luaL_Reg luna__workers_internals[] = {
+    {"workers_pool_methods", l_workers_pool_methods},
+    {"workers_new", l_workers_new},         {"workers_default", l_workers_default},
+    {"workers_prepare", l_workers_prepare}, {"workers_submit", l_workers_submit},
+    {"workers_share", l_workers_share},     {NULL, NULL}};

@@ -1,0 +1,20 @@
+/*
+** workers.h: the worker pool's registration in the binding (workers.c),
+** for module.c (the metatables) and internal.c (the primitives that
+** lua/lunaloop/workers.lua is written on). The public API is
+** include/lunaloop_workers.h.
+*/
+#ifndef LUNA_LUA_WORKERS_H
+#define LUNA_LUA_WORKERS_H
+
+#include <lauxlib.h>
+
+/* Makes the Pool, job and Share metatables of L's state (once). */
+void luna__open_workers(lua_State *L);
+
+/* The primitives handed to the Lua chunks with the other internals:
+   workers_new, workers_default, workers_prepare, workers_submit,
+   workers_share (workers.c says what each does). */
+extern const luaL_Reg luna__workers_internals[];
+
+#endif
