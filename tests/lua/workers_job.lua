@@ -1,0 +1,44 @@
+-- workers_job.lua: the worker module of workers_test.lua (loaded in every
+-- worker state by task.workers.open("workers_job")).
+local M = {}
+
+function M.add(a, b) return a + b, "sum" end
+function M.echo(...) return ... end
+function M.pack(...) return table.pack(...) end
+function M.len(t) local n = 0 for _ in pairs(t) do n = n + 1 end return n, #t end
+function M.boom(msg) local function inner() error(msg) end inner() end
+function M.boom_table() error(setmetatable({}, {__tostring = function() return "a table error" end})) end
+function M.square(x, i) return {x = x * x, i = i} end
+function M.fail_at(x) if x == 7 then error("item 7 is bad") end return x end
+function M.id() return task.worker.id end
+-- Spins until the job is given up, then says how it ended.
+function M.until_cancelled(limit)
+  local n = 0
+  while not task.worker.cancelled() do
+    n = n + 1
+    if n > limit then return "not cancelled" end
+  end
+  return "cancelled"
+end
+function M.spin(n) local x = 0 for i = 1, n do x = x + i end return x end
+function M.forever() local ok while true do ok = pcall(function() end) end end
+function M.hog(mb)
+  local t = {}
+  for i = 1, mb * 1024 do t[i] = string.rep("x", 1024) .. i end
+  return #t
+end
+function M.count_shared(s) return s.name, #s.list, s.list[3], s.nested.deep end
+function M.write_shared(s) s.list[1] = 5 end
+function M.return_shared(s) return s.nested end
+function M.give_function() return print end
+function M.nothing() end
+function M.sleep_then(ms, v)
+  local t = os.clock() + ms / 1000
+  while os.clock() < t do end
+  return v
+end
+local posted = 0
+function M.post_add(n) posted = posted + n end
+function M.posted() return posted end
+function M.post_boom() error("posted job failed") end
+return M

@@ -1,0 +1,278 @@
+-- workers_test.lua: task.workers through the real binding: calls with copy
+-- semantics, results and errors with the worker's traceback, what may not
+-- cross, back-pressure, cancellation, budgets and memory limits, map,
+-- share, deliver_frame and closing. The worker states run on real threads;
+-- the loop runs frames until what a case waits for arrived (settle()).
+local H = require "harness"
+
+local pool = task.workers{threads = 2, queue = 4}
+local job = pool:open("workers_job")
+
+-- Runs frames until fn() is true (at most 20 s of wall time); returns the
+-- frames run.
+local function settle(fn, what)
+  local start, frames = os.time(), 0
+  while not fn() do
+    task.step(1 / 60)
+    frames = frames + 1
+    if os.time() - start > 20 then error("timed out waiting for " .. (what or "the workers"), 2) end
+  end
+  return frames
+end
+
+-- Runs fn in a task and frames until it ended; returns pcall's results.
+local function in_task(fn)
+  local out = H.run_task(fn)
+  settle(function() return out.values ~= nil end)
+  return table.unpack(out.values, 1, out.values.n)
+end
+
+H.case("call resolves with copies of every result", function()
+  H.eq({in_task(function() return task.await(job:call("add", 2, 3)) end)}, {true, 5, "sum"})
+  H.eq({in_task(function() return task.await(job:call("echo", nil, 1.5, "s", true, nil)) end)},
+    {true, nil, 1.5, "s", true, nil})
+  local ok, p = in_task(function() return task.await(job:call("pack", 1, nil, 3)) end)
+  H.eq(p, {1, nil, 3, n = 3})
+  H.eq({in_task(function() return task.await(job:call("nothing")) end)}, {true})
+end)
+
+H.case("arguments are copied at the call: later changes are not seen", function()
+  local ok, n, len = in_task(function()
+    local t = {1, 2, 3, x = {y = 1}}
+    local p = job:call("len", t)
+    t[4], t[5], t.z = 4, 5, 6
+    return task.await(p)
+  end)
+  H.eq({ok, n, len}, {true, 4, 3})
+end)
+
+H.case("results are fresh tables of the caller's state", function()
+  local ok, r = in_task(function() return task.await(job:call("square", 4, 9)) end)
+  H.eq(r, {x = 16, i = 9})
+  r.x = 1 -- ours to change
+end)
+
+H.case("a worker's error rejects with its message and the worker's traceback", function()
+  local ok, err = in_task(function() return task.await(job:call("boom", "bad input")) end)
+  H.eq(ok, false)
+  H.has(err, "workers_job.lua:9: bad input")
+  H.has(err, "(worker ")
+  H.has(err, "workers_job.boom) stack traceback:")
+  H.has(err, "in local 'inner'")
+  ok, err = in_task(function() return task.await(job:call("boom_table")) end)
+  H.has(err, "a table error")
+end)
+
+H.case("functions, threads and userdata are refused at the call, naming the path", function()
+  local ok, err = in_task(function() local p = job:call("echo", 1, {a = {print}}); return p end)
+  H.eq(ok, false)
+  H.has(err, "workers_job:call: a function value cannot be copied between states (at argument 2.a[1])")
+  H.has(err, "workers_test.lua:")
+  ok, err = in_task(function() return job:call("echo", coroutine.create(print)) end)
+  H.has(err, "a thread value cannot be copied between states (at argument 1)")
+  ok, err = in_task(function() return job:call("echo", io.stdout) end)
+  H.has(err, "a userdata value cannot be copied between states (at argument 1)")
+  local t = {} t.t = t
+  ok, err = in_task(function() return job:call("echo", t) end)
+  H.has(err, "the value has a cycle (at argument 1.t)")
+  ok, err = in_task(function() return task.await(job:call("give_function")) end)
+  H.has(err, "workers_job.give_function: a function value cannot be copied between states (at result 1)")
+  H.eq(pool:stats().closed, false)
+end)
+
+H.case("bad arguments raise at the call", function()
+  H.raises(function() job:call(42) end, "bad argument #1 to 'call' (expected a function name (string), got number)")
+  H.raises(function() job.call({}, "x") end, "expected a worker module")
+  H.raises(function() pool:open(1) end, "expected a module name (string), got number")
+  H.raises(function() pool:open("x", {deliver_frame = 0}) end, "deliver_frame must be an integer >= 1, got 0")
+  H.raises(function() pool:open("x", {bogus = 1}) end, "unknown option 'bogus'")
+  H.raises(function() task.workers{threads = 0} end, "option 'threads' must be an integer 1..256, got 0")
+  H.raises(function() task.workers{queue = -1} end, "option 'queue' must be a non-negative integer")
+  H.raises(function() task.workers{colour = 1} end, "colour")
+  H.raises(function() job:map("square", 5) end, "expected a list of items, got number")
+  H.raises(function() job:map("square", {}, {chunk = 0}) end, "chunk must be an integer >= 1, got 0")
+end)
+
+H.case("a missing module or function rejects the job", function()
+  local ok, err = in_task(function() return task.await(pool:open("no_such_module"):call("f")) end)
+  H.has(err, "module 'no_such_module' not found")
+  ok, err = in_task(function() return task.await(job:call("no_such_function")) end)
+  H.has(err, "module 'workers_job' has no function 'no_such_function' (found a nil)")
+end)
+
+H.case("back-pressure: a queue of 4 and 100 calls, none fails, all arrive", function()
+  local before = pool:stats()
+  local results, most = {}, 0
+  local producer = task.spawn(function()
+    local ps = {}
+    for i = 1, 100 do
+      ps[i] = job:call("sleep_then", 1, i)
+      local q = pool:stats().queued
+      if q > most then most = q end
+    end
+    for i = 1, 100 do results[i] = task.await(ps[i]) end
+  end)
+  settle(function() return producer:status() ~= "suspended" end)
+  H.eq(producer:status(), "done")
+  for i = 1, 100 do H.eq(results[i], i, "result " .. i) end
+  local s = pool:stats()
+  H.truthy(most <= 4, "queued at most 4, saw " .. most)
+  H.truthy(s.waited - before.waited > 0, "some calls awaited room")
+  H.eq(s.overflowed - before.overflowed, 0, "none queued past the limit")
+  H.eq(s.failed - before.failed, 0)
+end)
+
+H.case("outside a task a full queue queues past the limit instead of failing", function()
+  local before = pool:stats()
+  local ps = {}
+  for i = 1, 12 do ps[i] = job:call("sleep_then", 1, i) end
+  settle(function() for i = 1, 12 do if ps[i]:status() == "pending" then return false end end return true end)
+  for i = 1, 12 do H.eq({ps[i]:result()}, {true, i}) end
+  H.truthy(pool:stats().overflowed - before.overflowed > 0)
+end)
+
+H.case("cancelling the awaiting task tells the job, which stops; its result is dropped", function()
+  local t = task.spawn(function() return task.await(job:call("until_cancelled", 1e9)) end)
+  task.step(1 / 60)
+  t:cancel()
+  H.eq(t:status(), "cancelled")
+  -- the job sees cancelled() and returns; nothing is delivered to anyone
+  settle(function() return pool:stats().running == 0 and pool:stats().queued == 0 end)
+  H.truthy(pool:stats().dropped > 0)
+  -- the worker is free again
+  H.eq({in_task(function() return task.await(job:call("add", 1, 1)) end)}, {true, 2, "sum"})
+end)
+
+H.case("p:cancel() and a timeout give the job up too", function()
+  local p = job:call("until_cancelled", 1e9)
+  p:cancel()
+  local ok, err = in_task(function()
+    return task.await(task.timeout(0.05, job:call("until_cancelled", 1e9)))
+  end)
+  H.eq(ok, false)
+  settle(function() return pool:stats().running == 0 end)
+end)
+
+H.case("a job past its instruction budget is rejected, also inside pcall", function()
+  local budget = pool:open("workers_job", {instructions = 100000})
+  local ok, err = in_task(function() return task.await(budget:call("forever")) end)
+  H.eq(ok, false)
+  H.has(err, "the job ran out of its instruction budget (100000 instructions)")
+  H.eq({in_task(function() return task.await(budget:call("spin", 100)) end)}, {true, 5050})
+end)
+
+H.case("a worker out of memory rejects the job and its state is recreated", function()
+  local small = task.workers{threads = 1, memory = 4 * 1024 * 1024}
+  local m = small:open("workers_job")
+  local ok, err = in_task(function() return task.await(m:call("hog", 64)) end)
+  H.eq(ok, false)
+  H.has(err, "worker 1 ran out of memory (limit 4194304 bytes) in workers_job.hog")
+  H.eq(small:stats().recreated, 1)
+  H.eq({in_task(function() return task.await(m:call("add", 2, 2)) end)}, {true, 4, "sum"})
+  H.eq({in_task(function() return task.await(m:call("hog", 1)) end)}, {true, 1024})
+  small:close()
+end)
+
+H.case("map: fork-join over chunks, results in order", function()
+  local items = {}
+  for i = 1, 200 do items[i] = i end
+  local ok, r = in_task(function() return job:map("square", items, {chunk = 16}) end)
+  H.eq(ok, true)
+  H.eq(#r, 200)
+  for i = 1, 200 do H.eq(r[i], {x = i * i, i = i}) end
+  H.eq({in_task(function() return job:map("square", {}) end)}, {true, {}})
+end)
+
+H.case("map: the first error is raised and cancels the other chunks", function()
+  local items = {}
+  for i = 1, 40 do items[i] = i end
+  local ok, err = in_task(function() return job:map("fail_at", items, {chunk = 4}) end)
+  H.eq(ok, false)
+  H.has(err, "item 7 is bad")
+  settle(function() return pool:stats().running == 0 and pool:stats().queued == 0 end)
+end)
+
+H.case("share: a read-only snapshot, read by every worker", function()
+  local data = {name = "grid", list = {1, 2, 3, 4}, nested = {deep = "yes"}}
+  local s = task.workers.share(data)
+  data.name = "changed"
+  H.has(tostring(s), "Share (")
+  local ok, results = in_task(function()
+    local ps = {}
+    for i = 1, 8 do ps[i] = job:call("count_shared", s) end
+    local out = {}
+    for i = 1, 8 do out[i] = {task.await(ps[i])} end
+    return out
+  end)
+  H.eq(ok, true)
+  for i = 1, 8 do H.eq(results[i], {"grid", 4, 3, "yes"}) end
+  ok, err = in_task(function() return task.await(job:call("write_shared", {s = s}, s)) end)
+  -- write_shared gets the table {s = s} as its first argument: no list field
+  H.eq(ok, false)
+  ok, err = in_task(function() return task.await(job:call("write_shared", s)) end)
+  H.has(err, "a shared table is read-only")
+  ok, err = in_task(function() return task.await(job:call("return_shared", s)) end)
+  H.has(err, "a table of task.workers.share cannot be sent back")
+  H.raises(function() task.workers.share({f = print}) end, "task.workers.share: a function value cannot be copied")
+end)
+
+H.case("deliver_frame: results arrive exactly k frames after the call", function()
+  local det = pool:open("workers_job", {deliver_frame = 3})
+  local log = {}
+  local t = task.spawn(function()
+    local f0 = task.frame()
+    local p1 = det:call("sleep_then", 30, "slow")
+    local p2 = det:call("add", 1, 2)
+    log[#log + 1] = {task.await(p2), task.frame() - f0}
+    log[#log + 1] = {task.await(p1), task.frame() - f0}
+    local p3 = det:call("add", 5, 5)
+    log[#log + 1] = {task.await(p3), task.frame() - f0}
+  end)
+  settle(function() return t:status() ~= "suspended" end)
+  H.eq(log, {{3, 3}, {"slow", 3}, {10, 6}})
+end)
+
+H.case("post is one-way; its errors are reported", function()
+  local reports, restore = H.capture_errors()
+  job:post("post_boom")
+  settle(function() return #reports > 0 end)
+  restore()
+  H.has(tostring(reports[1].err), "posted job failed")
+  H.has(reports[1].what, "worker post workers_job.post_boom")
+end)
+
+H.case("closing a pool with pending jobs gives every awaiting task the cancellation error", function()
+  local p2 = task.workers{threads = 1, queue = 2000}
+  local m = p2:open("workers_job")
+  local outcomes = {}
+  local tasks = {}
+  for i = 1, 200 do
+    tasks[i] = task.spawn(function()
+      local ok, err = pcall(task.await, m:call("sleep_then", 2, i))
+      outcomes[i] = ok and "ok" or (task.is_cancel_error and task.is_cancel_error(err) and "cancel" or tostring(err))
+    end)
+  end
+  task.step(1 / 60)
+  p2:close()
+  p2:close() -- twice is fine
+  settle(function() for i = 1, 200 do if outcomes[i] == nil then return false end end return true end)
+  local cancelled = 0
+  for i = 1, 200 do
+    if outcomes[i] ~= "ok" then
+      cancelled = cancelled + 1
+      H.eq(outcomes[i], "task cancelled", "outcome " .. i)
+    end
+  end
+  H.truthy(cancelled > 100, "most were still pending: " .. cancelled)
+  H.raises(function() m:call("add", 1, 2) end, "the worker pool is closed")
+  H.eq(p2:stats().closed, true)
+end)
+
+H.case("task.worker.id names the worker; the default pool is the first", function()
+  local ok, id = in_task(function() return task.await(job:call("id")) end)
+  H.truthy(id == 1 or id == 2)
+  H.eq(task.workers.pool(), pool)
+end)
+
+H.run()
+pool:close()
