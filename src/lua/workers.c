@@ -152,6 +152,7 @@ typedef struct worker {
   uint64_t used, budget;
   int step;             /* what the armed hook will charge when it fires */
   bool exceeded;
+  bool stopped;         /* the hook stopped the job: the pool is closing */
   uint64_t epoch;       /* share_epoch when the cache was last swept */
   share **cached;       /* shares decoded in W */
   size_t ncached, cached_cap;
@@ -246,6 +247,7 @@ static void worker_hook(lua_State *W, lua_Debug *ar) {
   worker *w = worker_of(W);
   (void)ar;
   if (atomic_load_explicit(&w->pool->stop_flag, memory_order_relaxed)) {
+    w->stopped = true;
     lua_sethook(W, worker_hook, LUA_MASKCOUNT, 1);
     luaL_error(W, "cancelled: " CLOSED_MSG);
   }
@@ -531,6 +533,7 @@ static void run_job(worker *w, job *j) {
   w->used = 0;
   w->budget = j->instructions;
   w->exceeded = false;
+  w->stopped = false;
   w->oom = false;
   w->limit = w->pool->memory_limit;
   w->step = w->budget != 0 && w->budget < HOOK_STEP ? (int)w->budget : HOOK_STEP;
@@ -542,6 +545,8 @@ static void run_job(worker *w, job *j) {
   lua_sethook(W, NULL, 0, 0);
   if (st == LUA_OK) {
     j->outcome = OUT_OK;
+  } else if (w->stopped) {
+    j->outcome = OUT_DROPPED; /* closing: the awaiting tasks get the cancellation error */
   } else if (st == LUA_ERRMEM || w->oom) {
     char msg[400];
     const char *m = lua_tostring(W, -1);
