@@ -724,6 +724,7 @@ static void wake_room(luna_workers *p, size_t room) {
 }
 
 static void pool_maybe_free(luna_workers *p);
+static int det_arm(luna_workers *p);
 
 static void bell_cb(luna_loop *loop, void *arg) {
   luna_workers *p = (luna_workers *)arg;
@@ -746,6 +747,7 @@ static void bell_cb(luna_loop *loop, void *arg) {
     j->next = NULL;
     deliver(p, j);
   }
+  det_arm(p); /* after a reset dropped the det item */
   if (p->nroom > 0 && room > 0 && !p->closed) {
     wake_room(p, room);
     pthread_mutex_lock(&p->mu);
@@ -781,6 +783,17 @@ static bool det_step(luna_loop *loop, void *arg) {
     return false;
   }
   return true;
+}
+
+/* Makes sure the det item runs while deterministic jobs are outstanding. */
+static int det_arm(luna_workers *p) {
+  luna_item_options io = {-1000000, true};
+  if (p->det_item_on || p->det_head == NULL || p->closed || p->loop == NULL)
+    return 0;
+  if (luna_item_add_ex(p->loop, LUNA_UPDATE, det_step, p, &io, &p->det_item) != 0)
+    return LUNA_ENOMEM;
+  p->det_item_on = true;
+  return 0;
 }
 
 /* ---- closing ------------------------------------------------------------------------ */
@@ -899,8 +912,13 @@ static void pool_maybe_free(luna_workers *p) {
 static void pool_listener(luna_loop *loop, luna_event event, void *ud) {
   luna_workers *p = (luna_workers *)ud;
   (void)loop;
-  if (event != LUNA_EVENT_FREE)
-    return; /* a reset gives up the promises: the workers see it */
+  if (event == LUNA_EVENT_RESET) {
+    /* The reset drops the loop's items (the det item too) and gives up
+       the promises: the workers see that; the det list is walked again
+       from a new item at the next submission or bell. */
+    p->det_item_on = false;
+    return;
+  }
   pool_close(p, false);
   p->bell = false; /* the inbox is discarded with the loop */
   p->listening = false;
@@ -1346,16 +1364,16 @@ static int l_workers_submit(lua_State *L) {
   }
   if (j->det) {
     /* the loop's list holds it too (it is freed by the delivery) */
-    if (!p->det_item_on) {
-      luna_item_options io = {-1000000, true};
-      if (luna_item_add_ex(p->loop, LUNA_UPDATE, det_step, p, &io, &p->det_item) != 0) {
-        j->promise = NULL;
-        luna_promise_release(pr);
-        return luaL_error(L, "not enough memory");
-      }
-      p->det_item_on = true;
-    }
     det_insert(p, j);
+    if (det_arm(p) != 0) {
+      job **at = &p->det_head;
+      while (*at != j)
+        at = &(*at)->det_next;
+      *at = j->det_next;
+      j->promise = NULL;
+      luna_promise_release(pr);
+      return luaL_error(L, "not enough memory");
+    }
   }
   ud->j = NULL;
   pthread_mutex_lock(&p->mu);

@@ -652,4 +652,18 @@ case_sim_runs_repeat_their_checksum_stream() {
   expect_err 'repl: --sim-tick-rate is an option of run only'
 }
 
+# Worker states with {deliver_frame = 2} and jobs of random duration on 2
+# workers: two --fast runs print the same lines (docs/workers.md).
+case_workers_deliver_frame_is_deterministic() {
+  export LUA_PATH="$S/?.lua;;"
+  ll run --fast "$S/workers_det.lua"
+  expect_status 0
+  [ "$(wc -l <"$OUT")" -eq 20 ] || fail "expected 20 lines"
+  expect_out '^task 1 job 1 -> 11 4 at frame 2$'
+  cp "$OUT" "$OUT.2"
+  ll run --fast "$S/workers_det.lua"
+  expect_status 0
+  diff -u "$OUT.2" "$OUT" >&2 || fail "the two runs differ"
+}
+
 "case_$CASE"

@@ -232,6 +232,18 @@ H.case("deliver_frame: results arrive exactly k frames after the call", function
   H.eq(log, {{3, 3}, {"slow", 3}, {10, 6}})
 end)
 
+H.case("a loop reset gives the jobs up; deliver_frame works again after it", function()
+  local det = pool:open("workers_job", {deliver_frame = 2})
+  local t = task.spawn(function() return task.await(det:call("add", 1, 1)) end)
+  testhost.reset()
+  H.eq(t:status(), "cancelled")
+  local got
+  local t2 = task.spawn(function() got = {task.await(det:call("add", 2, 2)), task.frame()} end)
+  local f0 = task.frame()
+  settle(function() return t2:status() ~= "suspended" end)
+  H.eq(got, {4, f0 + 2})
+end)
+
 H.case("post is one-way; its errors are reported", function()
   local reports, restore = H.capture_errors()
   job:post("post_boom")
