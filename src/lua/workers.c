@@ -799,10 +799,13 @@ static int det_arm(luna_workers *p) {
 /* ---- closing ------------------------------------------------------------------------ */
 
 /* Ends a job that will not be delivered normally: with `complete` (the
-   state and loop live on), its awaiting tasks get the cancellation error
-   (or the results, if it had finished); otherwise (the state or loop is
-   going away) the promise is let go of, which gives it up. */
-static void end_job(luna_workers *p, job *j, bool complete) {
+   state and loop live on), its awaiting tasks get, at the promise's timing,
+   the results if it had finished and the cancellation error if not (the
+   completions are posted, so closing runs no Lua code: it is safe from a
+   task, a callback or the host); otherwise (the state or loop is going
+   away) the promise is let go of, which gives it up. A finished post's
+   error is counted in `failed` but not reported then. */
+static void end_job(job *j, bool complete) {
   luna_promise *pr = j->promise;
   if (pr == NULL || !complete) {
     if (pr != NULL)
@@ -810,11 +813,15 @@ static void end_job(luna_workers *p, job *j, bool complete) {
     job_free(j);
     return;
   }
-  if (j->outcome == OUT_OK || j->outcome == OUT_ERR) {
-    deliver(p, j);
-    return;
+  if (j->outcome == OUT_OK) {
+    if (luna_promise_resolve(pr, push_results, j, free_job_cb) != 0)
+      job_free(j);
+  } else if (j->outcome == OUT_ERR) {
+    luna_promise_reject(pr, j->res);
+    job_free(j);
+  } else if (luna_promise_resolve(pr, push_closed, j, free_job_cb) != 0) {
+    job_free(j);
   }
-  luna_promise_resolve(pr, push_closed, j, free_job_cb);
   luna_promise_release(pr);
 }
 
@@ -854,18 +861,18 @@ static void pool_close(luna_workers *p, bool complete) {
   while (d != NULL) {
     job *j = d;
     d = j->next;
-    end_job(p, j, complete);
+    end_job(j, complete);
   }
   while (q != NULL) { /* a deterministic one is ended through the det list */
     job *j = q;
     q = j->next;
     if (!j->det || j->orphan)
-      end_job(p, j, complete && !j->orphan);
+      end_job(j, complete && !j->orphan);
   }
   while (det != NULL) {
     job *j = det;
     det = j->det_next;
-    end_job(p, j, complete);
+    end_job(j, complete);
   }
   for (k = 0; k < p->nroom; k++) {
     if (complete)
