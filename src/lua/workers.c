@@ -164,7 +164,10 @@ struct luna_workers {
   pthread_cond_t work_cv, done_cv, ready_cv;
   /* under mu */
   job *qhead, *qtail;
-  size_t queued, running;
+  _Atomic(size_t) queued; /* changed under mu; the loop thread reads it
+                             without (only it adds, so it never reads less
+                             than there is) */
+  size_t running;
   job *dhead, *dtail;
   bool bell;        /* a bell_cb is in the inbox */
   bool room_wanted; /* tasks wait for room: ring the bell when a job is taken */
@@ -603,7 +606,7 @@ static void *worker_main(void *arg) {
     if (p->qhead == NULL)
       p->qtail = NULL;
     j->next = NULL;
-    p->queued--;
+    atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
     p->running++;
     if (p->room_wanted && !p->bell)
       ring = p->bell = true;
@@ -735,7 +738,10 @@ static void bell_cb(luna_loop *loop, void *arg) {
   p->bell = false;
   list = p->dhead;
   p->dhead = p->dtail = NULL;
-  room = p->queued < p->cap ? p->cap - p->queued : 0;
+  {
+    size_t q = atomic_load_explicit(&p->queued, memory_order_relaxed);
+    room = q < p->cap ? p->cap - q : 0;
+  }
   pthread_mutex_unlock(&p->mu);
   if (p->closed) { /* closed meanwhile: close took the done list already */
     pool_maybe_free(p);
@@ -845,8 +851,8 @@ static void pool_close(luna_workers *p, bool complete) {
   pthread_mutex_lock(&p->mu);
   q = p->qhead;
   p->qhead = p->qtail = NULL;
-  p->st.dropped += p->queued;
-  p->queued = 0;
+  p->st.dropped += atomic_load_explicit(&p->queued, memory_order_relaxed);
+  atomic_store_explicit(&p->queued, 0, memory_order_relaxed);
   d = p->dhead;
   p->dhead = p->dtail = NULL;
   pthread_mutex_unlock(&p->mu);
@@ -1101,7 +1107,7 @@ LUNA_API void luna_workers_get_stats(luna_workers *w, luna_workers_stats *out) {
     return;
   pthread_mutex_lock(&w->mu);
   *out = w->st;
-  out->queued = w->queued;
+  out->queued = atomic_load_explicit(&w->queued, memory_order_relaxed);
   out->running = w->running;
   pthread_mutex_unlock(&w->mu);
 }
@@ -1170,7 +1176,7 @@ static int l_pool_tostring(lua_State *L) {
 }
 
 static size_t field_size(lua_State *L, int opts, const char *name, size_t def) {
-  lua_Integer v;
+  lua_Integer v = 0;
   int t = lua_getfield(L, opts, name);
   if (t == LUA_TNIL) {
     lua_pop(L, 1);
@@ -1337,9 +1343,7 @@ static int l_workers_submit(lua_State *L) {
   if (p->closed)
     return luaL_error(L, "task.workers: " CLOSED_MSG);
   can_wait = p->b->current != NULL && lua_isyieldable(L);
-  pthread_mutex_lock(&p->mu);
-  full = p->queued >= p->cap;
-  pthread_mutex_unlock(&p->mu);
+  full = atomic_load_explicit(&p->queued, memory_order_relaxed) >= p->cap;
   if (full && can_wait) {
     if (p->nroom == p->room_cap) {
       size_t cap = p->room_cap ? p->room_cap * 2 : 8;
@@ -1389,7 +1393,7 @@ static int l_workers_submit(lua_State *L) {
   else
     p->qhead = j;
   p->qtail = j;
-  p->queued++;
+  atomic_fetch_add_explicit(&p->queued, 1, memory_order_relaxed);
   p->st.submitted++;
   if (full)
     p->st.overflowed++;

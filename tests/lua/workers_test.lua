@@ -46,6 +46,17 @@ H.case("arguments are copied at the call: later changes are not seen", function(
   H.eq({ok, n, len}, {true, 4, 3})
 end)
 
+H.case("sequences, holes, mixed and nested keys survive the copy", function()
+  local t = {1, nil, 3, [10] = 10, x = {y = {true, false}}, [2.5] = "f", [true] = "t", [-1] = "m"}
+  local ok, r = in_task(function() return task.await(job:call("echo", t)) end)
+  H.eq(r, t)
+  local big = {}
+  for i = 1, 5000 do big[i] = i end
+  ok, r = in_task(function() return task.await(job:call("echo", big)) end)
+  H.eq(#r, 5000)
+  H.eq(r[4999], 4999)
+end)
+
 H.case("results are fresh tables of the caller's state", function()
   local ok, r = in_task(function() return task.await(job:call("square", 4, 9)) end)
   H.eq(r, {x = 16, i = 9})
