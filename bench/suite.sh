@@ -79,10 +79,10 @@ note() { printf 'bench: %s\n' "$*" >&2; }
 # Sizes: the full ones, or small ones for the quick mode.
 if [ "$quick" -eq 1 ]; then
   N_W1=200 N_W2=1000 N_STEADY=200 N_FRAME=1000 N_W3=5000 N_TICK=2000 N_W4=1000 N_W5=10000 N_W6=200
-  N_HOSTILE=5 N_W8=500 N_W9=1000 N_W10=200 N_SIM="1000 5 1"
+  N_HOSTILE=5 N_W8=500 N_W9=1000 N_W10=200 N_SIM="1000 5 1" N_W7=16
 else
   N_W1=10000 N_W2=100000 N_STEADY=10000 N_FRAME=100000 N_W3=1000000 N_TICK=100000 N_W4=100000
-  N_W5=1000000 N_W6=10000 N_HOSTILE=120 N_W8=20000 N_W9=10000 N_W10=10000 N_SIM="1000 200 $rounds"
+  N_W5=1000000 N_W6=10000 N_HOSTILE=120 N_W8=20000 N_W9=10000 N_W10=10000 N_SIM="1000 200 $rounds" N_W7=256
 fi
 scale_ns=(1000 10000 100000 1000000)
 
@@ -286,6 +286,24 @@ if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$on
       { note "failed: luna_bench $(bench_args "$impl" W8_frames "$N_W8")"; failed=1; continue; }
     frames+=$(grep '^frames ' <<<"$out")$'\n'
   done
+fi
+workers=
+if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$only" ] || grep -qE -- "$only" <<<W7_workers; }; then
+  # W7 worker Lua states (bench/workers.lua): wall time, one run each, not
+  # a ratio: task.workers on 1..cores threads with the serial baseline on
+  # the loop thread in the same process, then luv's new_work with libuv's
+  # pool of 1..cores threads (one process each: UV_THREADPOOL_SIZE is read
+  # once); listed at the end.
+  q=()
+  [ "$quick" -eq 0 ] || q=(--quick)
+  workers=$(LUNA_BENCH_GC=generational "$bin" ${q[@]+"${q[@]}"} lua lunaloop "$here/workers.lua" W7 "$N_W7" | grep '^w7 ') ||
+    { note "failed: luna_bench lua lunaloop bench/workers.lua W7 $N_W7"; failed=1; }
+  if has_peer luv; then
+    for ((p = 1; p <= $(nproc); p++)); do
+      workers+=$'\n'$(UV_THREADPOOL_SIZE=$p LUNA_BENCH_GC=generational "$bin" ${q[@]+"${q[@]}"} lua luv "$here/workers.lua" W7 "$N_W7" | grep '^w7 ') ||
+        { note "failed: luna_bench lua luv bench/workers.lua W7 $N_W7"; failed=1; }
+    done
+  fi
 fi
 elapsed=$(($(date +%s) - started))
 
@@ -501,6 +519,12 @@ if [ -n "$frames" ]; then
       printf "  target mean within 10%% of stock: %s (%.2fx)\n", judge(v[p, "mean_ns"] <= 1.1 * v["lunaloop", "mean_ns"]), v[p, "mean_ns"] / v["lunaloop", "mean_ns"]
       printf "  target peak heap within the ceiling: %s (%.1f of %.1f MiB)\n", judge(v[p, "peak_bytes"] <= v[p, "ceiling_bytes"]), v[p, "peak_bytes"] / 1048576, v[p, "ceiling_bytes"] / 1048576
     }'
+fi
+if [ -n "$workers" ]; then
+  echo
+  echo "W7 worker Lua states (bench/workers.lua): wall time, one run each, $N_W7 jobs of ~1 ms;"
+  echo "speedup and efficiency against the same jobs on the loop thread; luv passes strings only:"
+  printf '%s\n' "$workers" | sed 's/^w7 /  /'
 fi
 echo
 note "suite finished in ${elapsed}s"

@@ -25,8 +25,9 @@
 **   So closing the pool decides alone what the awaiting tasks get.
 ** - A worker's state W is the worker thread's alone (created, used and, but
 **   at close, closed there). Its extra space holds the worker; its count
-**   hook, armed for every job, charges the job's instruction budget and
-**   stops the job when the pool closes.
+**   hook, armed only for a job with an instruction budget (a count hook
+**   slows all Lua code down), charges the budget; closing the pool arms it
+**   through a signal to stop a running job (on_stop_signal says how).
 ** - A share (task.workers.share) is one encoded snapshot with two atomic
 **   counts: `users` (Share values of the owner, jobs holding it in their
 **   arguments) and `refs` (users plus the worker states that decoded it).
@@ -43,6 +44,7 @@
 #endif
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,6 +155,7 @@ typedef struct worker {
   int step;             /* what the armed hook will charge when it fires */
   bool exceeded;
   bool stopped;         /* the hook stopped the job: the pool is closing */
+  _Atomic(int) in_lua;  /* a job's Lua code may be running (the stop signal arms the hook) */
   uint64_t epoch;       /* share_epoch when the cache was last swept */
   share **cached;       /* shares decoded in W */
   size_t ncached, cached_cap;
@@ -243,9 +246,60 @@ static worker *worker_of(lua_State *W) {
   return *(worker **)lua_getextraspace(W);
 }
 
-/* The count hook of every job: charges the budget, stops the job once it
-   is spent (and at every instruction after that, so that a pcall cannot
-   swallow it) or once the pool closes. */
+static void worker_hook(lua_State *W, lua_Debug *ar);
+
+/* Stopping a running job when the pool closes. A count hook makes Lua 5.4
+   call into the debug machinery at every instruction (two to three times
+   slower code), so a job runs without one unless it has an instruction
+   budget. Closing instead sends each worker thread LUNA__WORKERS_SIGNAL;
+   the handler, on that thread, arms the hook to fire at the next
+   instruction (as lua.c's Ctrl-C handler does from a signal) if a job's
+   Lua code may be running there. A job entering Lua checks the stop flag
+   after it said so (in_lua), and closing sets the flag before it signals,
+   so one of the two always arms the hook. The hook is set on the job's
+   main thread: code inside a coroutine that the job resumed is stopped
+   when control comes back to it. A job blocked in a C function is waited
+   for. */
+#define LUNA__WORKERS_SIGNAL (SIGRTMIN + 6)
+
+/* ThreadSanitizer delivers a signal only when the thread calls a function
+   it intercepts, which a job spinning in (uninstrumented) liblua never
+   does: under TSan every job keeps a count hook, the stop's fallback. */
+#if defined(__SANITIZE_THREAD__)
+#define ALWAYS_HOOK 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ALWAYS_HOOK 1
+#endif
+#endif
+#ifndef ALWAYS_HOOK
+#define ALWAYS_HOOK 0
+#endif
+
+static _Thread_local worker *this_worker __attribute__((tls_model("initial-exec")));
+
+static void on_stop_signal(int sig) {
+  worker *w = this_worker;
+  (void)sig;
+  if (w != NULL && atomic_load(&w->in_lua) && w->W != NULL)
+    lua_sethook(w->W, worker_hook, LUA_MASKCOUNT, 1);
+}
+
+static pthread_once_t signal_once = PTHREAD_ONCE_INIT;
+
+static void install_stop_signal(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(LUNA__WORKERS_SIGNAL, &sa, NULL);
+}
+
+/* The count hook of a job with a budget (or of a job the closing pool
+   stops): charges the budget, stops the job once it is spent (and at
+   every instruction after that, so that a pcall cannot swallow it) or once
+   the pool closes. */
 static void worker_hook(lua_State *W, lua_Debug *ar) {
   worker *w = worker_of(W);
   (void)ar;
@@ -540,11 +594,16 @@ static void run_job(worker *w, job *j) {
   w->oom = false;
   w->limit = w->pool->memory_limit;
   w->step = w->budget != 0 && w->budget < HOOK_STEP ? (int)w->budget : HOOK_STEP;
-  lua_sethook(W, worker_hook, LUA_MASKCOUNT, w->step);
+  if (w->budget != 0 || ALWAYS_HOOK)
+    lua_sethook(W, worker_hook, LUA_MASKCOUNT, w->step);
   lua_settop(W, 0);
   lua_pushcfunction(W, job_msgh);
   lua_pushcfunction(W, run_protected);
+  atomic_store(&w->in_lua, 1);
+  if (atomic_load(&w->pool->stop_flag))
+    lua_sethook(W, worker_hook, LUA_MASKCOUNT, 1);
   st = lua_pcall(W, 0, 0, 1);
+  atomic_store(&w->in_lua, 0);
   lua_sethook(W, NULL, 0, 0);
   if (st == LUA_OK) {
     j->outcome = OUT_OK;
@@ -584,6 +643,11 @@ static void *worker_main(void *arg) {
   worker *w = (worker *)arg;
   luna_workers *p = w->pool;
   char *err = NULL;
+  sigset_t set;
+  this_worker = w;
+  sigemptyset(&set);
+  sigaddset(&set, LUNA__WORKERS_SIGNAL);
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
   w->limit = p->memory_limit;
   w->W = make_state(w, &err);
   pthread_mutex_lock(&p->mu);
@@ -846,6 +910,9 @@ static void pool_close(luna_workers *p, bool complete) {
   pthread_cond_broadcast(&p->work_cv);
   pthread_mutex_unlock(&p->mu);
   for (i = 0; i < p->nthreads; i++)
+    if (p->w[i].started && atomic_load(&p->w[i].in_lua))
+      pthread_kill(p->w[i].thread, LUNA__WORKERS_SIGNAL);
+  for (i = 0; i < p->nthreads; i++)
     if (p->w[i].started)
       pthread_join(p->w[i].thread, NULL);
   pthread_mutex_lock(&p->mu);
@@ -1015,6 +1082,7 @@ LUNA_API int luna_workers_new(lua_State *L, const luna_workers_config *cfg, luna
   p->init_ud = c.init_ud;
   p->st.threads = c.threads;
   copy_package_path(L, p);
+  pthread_once(&signal_once, install_stop_signal);
   if (luna_loop_add_listener(p->loop, pool_listener, p) != 0) {
     p->closed = true;
     pool_free(p);
