@@ -189,6 +189,7 @@ function Channel:is_closed() end
 ---@class lunaloop
 ---@field timings lunaloop.Timing[] the 16 timings in frame order
 ---@field version string "MAJOR.MINOR.PATCH" of the loaded module
+---@field workers lunaloop.Workers worker Lua states (docs/workers.md)
 local task = {}
 
 ---Creates a task and runs it now until its first await.
@@ -453,6 +454,82 @@ function Connection:connected() end
 ---@param opts lunaloop.SignalOptions?
 ---@return lunaloop.Signal
 function task.signal(opts) end
+
+---Worker Lua states (docs/workers.md). Calling it makes a pool:
+---`task.workers{threads = 2}`; the first pool of a state is its default.
+---@class lunaloop.Workers
+---@overload fun(opts: lunaloop.WorkersOptions?): lunaloop.Pool
+local Workers = {}
+---A handle on module `name` in the default pool's workers (made with the
+---defaults if there is none).
+---@param name string
+---@param opts lunaloop.WorkerModuleOptions?
+---@return lunaloop.WorkerModule
+function Workers.open(name, opts) end
+---A read-only snapshot copied once; crosses to workers as a reference.
+---Raises for functions, threads, userdata and cycles, naming the path.
+---@param value any
+---@return lunaloop.Share
+function Workers.share(value) end
+---@return lunaloop.Pool? the state's default pool
+function Workers.pool() end
+
+---@class lunaloop.WorkersOptions
+---@field threads integer? 1..256 (default: cores - 1, at least 1)
+---@field queue integer? jobs waiting at most before a task's call awaits room (default 64 per thread)
+---@field memory integer? bytes per worker state (0: no limit); running out rejects the job and recreates the state
+---@field instructions integer? default instruction budget of a job (0: none)
+
+---@class lunaloop.WorkerModuleOptions
+---@field deliver_frame integer? deliver each result exactly k (>= 1) frames after the call; the loop waits for a late job
+---@field instructions integer? instruction budget per job (0: none)
+
+---@class lunaloop.Share
+
+---@class lunaloop.Pool
+local Pool = {}
+---@param name string
+---@param opts lunaloop.WorkerModuleOptions?
+---@return lunaloop.WorkerModule
+function Pool:open(name, opts) end
+---Jobs not done end with the cancellation error; joins the threads.
+function Pool:close() end
+---@return lunaloop.WorkerStats
+function Pool:stats() end
+
+---@class lunaloop.WorkerStats
+---@field threads integer
+---@field queue integer the queue's limit
+---@field queued integer
+---@field running integer
+---@field submitted integer
+---@field completed integer
+---@field failed integer
+---@field dropped integer given up before a worker ran them
+---@field waited integer calls that awaited room
+---@field overflowed integer jobs queued past the limit by callers that could not await
+---@field recreated integer worker states recreated after running out of memory
+---@field closed boolean
+
+---@class lunaloop.WorkerModule
+local WorkerModule = {}
+---Runs module[fn](...) on a worker with copies of the arguments. From a
+---task, a full queue makes it await room.
+---@param fn string
+---@param ... any
+---@return lunaloop.Promise
+function WorkerModule:call(fn, ...) end
+---One-way call; a failing post is reported through task.on_error.
+---@param fn string
+---@param ... any
+function WorkerModule:post(fn, ...) end
+---An await: fn(item, index) for every item, `chunk` (64) items per job;
+---returns the first results in order.
+---@param fn string
+---@param items any[]
+---@param opts {chunk: integer?}?
+---@return any[]
+function WorkerModule:map(fn, items, opts) end
 
 ---Installs fn(err, traceback, task?, what) as the error handler; returns the
 ---previous one. `what` is the default report's subject ("task worker",

@@ -6,6 +6,7 @@
 */
 #include "lunaloop.h"
 #include "lunaloop_lua.h"
+#include "lunaloop_workers.h"
 
 #include <stdio.h>
 #include <string.h>

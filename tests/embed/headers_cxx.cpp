@@ -4,6 +4,7 @@
 // round trip, so a wrong signature would show at run time too.
 #include "lunaloop.h"
 #include "lunaloop_lua.h"
+#include "lunaloop_workers.h"
 
 #include <cstdio>
 #include <cstring>
