@@ -520,12 +520,15 @@ static void coroutine_resume_refuses_task_coroutines(void **state) {
             "print('ok')", NULL);
 }
 
-/* The loop and its budgets belong to the host; groups and signals are the
-   mod's own (a group is made of the mod's tasks and clocks, in its state). */
+/* The loop and its budgets belong to the host, and so do worker states
+   (their threads run unsandboxed Lua with the whole standard library);
+   groups and signals are the mod's own (a group is made of the mod's
+   tasks and clocks, in its state). */
 static void task_module_has_no_loop_control(void **state) {
   (void)state;
   expect_ok("assert(task.step == nil and task.run == nil and task.exit == nil)\n"
             "assert(task.set_budget == nil and task.debug == nil)\n"
+            "assert(task.workers == nil)\n"
             "assert(task.time_scale() == 1)\n"
             "local ok, err = pcall(task.time_scale, 0)\n"
             "assert(not ok and err:find('not set it'), err)\n"
