@@ -556,6 +556,9 @@ void luna__open_compose(lua_State *L);
 /* Pushes the library a chunk built for require under `name` ("roblox":
    lua/lunaloop/roblox.lua) and returns its type (nil: none). */
 int luna__push_library(lua_State *L, const char *name);
+/* Runs the lazy chunk `name` ("=lunaloop/workers.lua") with the module,
+   internals and prelude, once per state (the caller makes sure). */
+void luna__run_lazy_chunk(lua_State *L, const char *name);
 
 /* ---- introspect.c: task.list, task.stats, t:info ------------------------ */
 void luna__open_introspect(lua_State *L, luna__binding *b);

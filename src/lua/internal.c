@@ -247,10 +247,43 @@ static const luaL_Reg internal_funcs[] = {
     {"await_promise", luna__l_watch_promise},
     {NULL, NULL}};
 
+/* Chunks that run only when first needed (luna__run_lazy_chunk), so that a
+   state that never uses them does not pay for their functions: the worker
+   pool's Lua side. */
+static const char *const lazy_chunks[] = {"=lunaloop/workers.lua", NULL};
+static const char chunk_args_key = 'c'; /* registry: {module, internals, prelude} */
+
+static bool is_lazy_name(const char *name) {
+  int i;
+  for (i = 0; lazy_chunks[i] != NULL; i++)
+    if (strcmp(name, lazy_chunks[i]) == 0)
+      return true;
+  return false;
+}
+
+void luna__run_lazy_chunk(lua_State *L, const char *name) {
+  const luna__chunk *c;
+  for (c = luna__chunks; c->name != NULL; c++)
+    if (strcmp(c->name, name) == 0)
+      break;
+  if (c->name == NULL)
+    luaL_error(L, "lunaloop: no chunk %s", name);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &chunk_args_key) != LUA_TTABLE)
+    luaL_error(L, "lunaloop: the module is not open");
+  if (luaL_loadbufferx(L, c->text, c->size, c->name, "t") != LUA_OK)
+    lua_error(L);
+  lua_rawgeti(L, -2, 1);
+  lua_rawgeti(L, -3, 2);
+  lua_rawgeti(L, -4, 3);
+  lua_call(L, 3, 0);
+  lua_pop(L, 1);
+}
+
 /* Runs the module's Lua chunks in order, each with (module, internals,
    prelude): they add when_all, when_any, timeout, scope and channel to the
    module table on top of L. The prelude is a table that the first chunk
-   fills with helpers for the others. */
+   fills with helpers for the others. The workers' chunk is left for
+   luna__run_lazy_chunk, which finds the three in the registry. */
 /* The simulation group's chunk (lua/lunaloop/sim.lua) is run the first
    time a state uses it, not when the module opens: most states never do,
    and its functions are the largest of the chunks. Until then
@@ -311,8 +344,16 @@ void luna__open_compose(lua_State *L) {
   lua_pushliteral(L, LUNA__AWAIT_CYCLE_MSG);
   lua_setfield(L, -2, "CYCLE");
   lua_newtable(L);
+  lua_createtable(L, 3, 0);
+  lua_pushvalue(L, module);
+  lua_rawseti(L, -2, 1);
+  lua_pushvalue(L, module + 1);
+  lua_rawseti(L, -2, 2);
+  lua_pushvalue(L, module + 2);
+  lua_rawseti(L, -2, 3);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &chunk_args_key);
   for (c = luna__chunks; c->name != NULL; c++) {
-    if (is_lazy(c))
+    if (is_lazy(c) || is_lazy_name(c->name))
       continue;
     if (luaL_loadbufferx(L, c->text, c->size, c->name, "t") != LUA_OK)
       lua_error(L);

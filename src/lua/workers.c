@@ -1029,6 +1029,9 @@ static void copy_package_path(lua_State *L, luna_workers *p) {
   lua_pop(L, 1);
 }
 
+static void ensure_metatables(lua_State *L);
+static void ensure_lua_side(lua_State *L, luna__binding *b);
+
 static int fail(lua_State *L, int rc, const char *msg) {
   lua_pushstring(L, msg);
   return rc;
@@ -1044,11 +1047,13 @@ LUNA_API int luna_workers_new(lua_State *L, const luna_workers_config *cfg, luna
     return LUNA_EINVAL;
   if (!lua_checkstack(L, 4))
     return LUNA_ENOMEM;
+  ensure_metatables(L);
   b = luna__get_binding(L);
   if (b == NULL)
     return fail(L, LUNA_EINVAL, "the state has no lunaloop binding");
   if (b->loop == NULL || b->closing)
     return fail(L, LUNA_ESTATE, "the state's loop was freed or the state is closing");
+  ensure_lua_side(L, b);
   memset(&c, 0, sizeof c);
   if (cfg != NULL)
     c = *cfg;
@@ -1181,6 +1186,47 @@ LUNA_API void luna_workers_get_stats(luna_workers *w, luna_workers_stats *out) {
 }
 
 /* ---- the Lua side's primitives ------------------------------------------------------- */
+
+static int l_pool_gc(lua_State *L);
+static int l_pool_tostring(lua_State *L);
+static int l_pool_close(lua_State *L);
+static int l_pool_stats(lua_State *L);
+static int l_job_gc(lua_State *L);
+static int l_share_gc(lua_State *L);
+static int l_share_tostring(lua_State *L);
+
+static const luaL_Reg pool_methods[] = {
+    {"close", l_pool_close}, {"stats", l_pool_stats}, {NULL, NULL}};
+
+/* The Pool, job and Share metatables, made at the state's first use of
+   the workers (not when the module opens: most states never use them). */
+static void ensure_metatables(lua_State *L) {
+  if (luaL_newmetatable(L, POOL_MT)) {
+    lua_pushcfunction(L, l_pool_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_pool_tostring);
+    lua_setfield(L, -2, "__tostring");
+    luaL_newlib(L, pool_methods);
+    lua_setfield(L, -2, "__index");
+    luna__protect_metatable(L);
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, JOB_MT)) {
+    lua_pushcfunction(L, l_job_gc);
+    lua_setfield(L, -2, "__gc");
+    luna__protect_metatable(L);
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, SHARE_MT)) {
+    lua_pushcfunction(L, l_share_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_share_tostring);
+    lua_setfield(L, -2, "__tostring");
+    luna__protect_metatable(L);
+  }
+  lua_pop(L, 1);
+}
+
 
 static luna_workers *check_pool(lua_State *L, int idx, bool open) {
   pool_ud *ud = (pool_ud *)luaL_checkudata(L, idx, POOL_MT);
@@ -1495,6 +1541,7 @@ static int l_workers_share(lua_State *L) {
   size_t len;
   luaL_checkany(L, 1);
   lua_settop(L, 1);
+  ensure_metatables(L);
   sp = (share **)lua_newuserdatauv(L, sizeof *sp, 0);
   *sp = NULL;
   luaL_setmetatable(L, SHARE_MT);
@@ -1518,38 +1565,74 @@ static int l_workers_share(lua_State *L) {
 
 /* ---- registration ------------------------------------------------------------------------ */
 
-static const luaL_Reg pool_methods[] = {
-    {"close", l_pool_close}, {"stats", l_pool_stats}, {NULL, NULL}};
+/* task.workers before first use: a stub whose first use runs
+   lua/lunaloop/workers.lua (which replaces module.workers by the real
+   table); a stub kept by the caller forwards to it. */
+static const char real_key = 'R';
+
+/* Pushes the real task.workers table, running workers.lua first if it has
+   not run in this state (module: the module table's index). */
+static void push_real_of(lua_State *L, int module) {
+  module = lua_absindex(L, module);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &real_key) == LUA_TTABLE)
+    return;
+  lua_pop(L, 1);
+  luna__run_lazy_chunk(L, "=lunaloop/workers.lua");
+  lua_getfield(L, module, "workers");
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &real_key);
+}
+
+static void push_real(lua_State *L) { push_real_of(L, lua_upvalueindex(1)); }
+
+/* A pool made from C before any script used task.workers: its methods
+   (pool:open) come from workers.lua. */
+static void ensure_lua_side(lua_State *L, luna__binding *b) {
+  int top = lua_gettop(L);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &real_key) != LUA_TTABLE) {
+    luna__open_module(L, b);
+    push_real_of(L, -1);
+  }
+  lua_settop(L, top);
+}
+
+static int l_stub_index(lua_State *L) {
+  push_real(L);
+  lua_pushvalue(L, 2);
+  lua_gettable(L, -2);
+  return 1;
+}
+
+static int l_stub_call(lua_State *L) {
+  int n = lua_gettop(L) - 1;
+  push_real(L);
+  lua_replace(L, 1);
+  lua_call(L, n, LUA_MULTRET);
+  return lua_gettop(L);
+}
 
 void luna__open_workers(lua_State *L) {
-  if (luaL_newmetatable(L, POOL_MT)) {
-    lua_pushcfunction(L, l_pool_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_pool_tostring);
-    lua_setfield(L, -2, "__tostring");
-    luaL_newlib(L, pool_methods);
-    lua_setfield(L, -2, "__index");
-    luna__protect_metatable(L);
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, JOB_MT)) {
-    lua_pushcfunction(L, l_job_gc);
-    lua_setfield(L, -2, "__gc");
-    luna__protect_metatable(L);
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, SHARE_MT)) {
-    lua_pushcfunction(L, l_share_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_share_tostring);
-    lua_setfield(L, -2, "__tostring");
-    luna__protect_metatable(L);
-  }
-  lua_pop(L, 1);
+  int module = lua_absindex(L, -1);
+  /* module.workers: the stub (lazy_chunks of internal.c) */
+  lua_newtable(L);
+  lua_createtable(L, 0, 4);
+  lua_pushvalue(L, module);
+  lua_pushcclosure(L, l_stub_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pushvalue(L, module);
+  lua_pushcclosure(L, l_stub_call, 1);
+  lua_setfield(L, -2, "__call");
+  lua_pushliteral(L, "lunaloop.workers");
+  lua_setfield(L, -2, "__name");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+  lua_setfield(L, module, "workers");
 }
 
 /* workers_pool_methods() -> the Pool's methods table (workers.lua adds open) */
 static int l_workers_pool_methods(lua_State *L) {
+  ensure_metatables(L);
   luaL_getmetatable(L, POOL_MT);
   lua_getfield(L, -1, "__index");
   return 1;

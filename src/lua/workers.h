@@ -9,7 +9,9 @@
 
 #include <lauxlib.h>
 
-/* Makes the Pool, job and Share metatables of L's state (once). */
+/* Makes the Pool, job and Share metatables of L's state (once) and sets
+   the module table's (on top of L) `workers` to a stub that loads
+   lua/lunaloop/workers.lua at its first use. */
 void luna__open_workers(lua_State *L);
 
 /* The primitives handed to the Lua chunks with the other internals:
