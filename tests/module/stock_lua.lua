@@ -146,5 +146,26 @@ do
   check(waited == 0.5, "lunaloop.roblox: wait returns the time waited: " .. tostring(waited))
 end
 
+do
+  -- task.workers in a stock lua5.4: the worker states are made with the
+  -- interpreter's own Lua library, the job module found on package.path.
+  local dir = os.tmpname()
+  os.remove(dir)
+  local f = assert(io.open(dir .. "_job.lua", "w"))
+  f:write("return {add = function(a, b) return a + b, task.worker.id end}\n")
+  f:close()
+  local name = dir:match("([^/]+)$") .. "_job"
+  package.path = dir:match("^(.*/)") .. "?.lua;" .. package.path
+  local pool = task.workers{threads = 2}
+  local m = pool:open(name)
+  local got
+  task.spawn(function() got = {task.await(m:call("add", 40, 2))} end)
+  for _ = 1, 1000000 do if got then break end task.step() end
+  check(got and got[1] == 42 and (got[2] == 1 or got[2] == 2), "a worker job in stock Lua")
+  pool:close()
+  task.step()
+  os.remove(dir .. "_job.lua")
+end
+
 print(failures == 0 and "1 passed, 0 failed" or "0 passed, 1 failed")
 os.exit(failures == 0 and 0 or 1)
