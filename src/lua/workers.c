@@ -385,18 +385,144 @@ static void worker_decode_special(lua_State *W, uint64_t token, void *ud) {
   w->cached[w->ncached++] = s;
 }
 
-/* Results going back: a read-only shared table cannot be copied (its
-   proxies are empty); say so rather than send {}. */
-static bool worker_encode_special(lua_State *W, int idx, void *ud, uint64_t *token) {
-  (void)ud;
-  (void)token;
-  if (luaL_getmetafield(W, idx, "__name") != LUA_TNIL) {
-    bool shared = lua_type(W, -1) == LUA_TSTRING && strcmp(lua_tostring(W, -1), "lunaloop.shared") == 0;
-    lua_pop(W, 1);
-    if (shared)
-      luaL_error(W, "a table of task.workers.share cannot be sent back (copy what you need)");
+/* A list of values (a job's arguments, its results) as bytes: a uint32
+   count, then for each value either 'V', a uint32 length and the copier's
+   encoding (copy.h), or 'S' and a share's pointer. A Share crosses this
+   way only as a value of the list itself (an argument), not inside a
+   table: the copier refuses userdata. */
+typedef struct obuf {
+  char *p;
+  size_t len, cap;
+} obuf;
+
+static bool obuf_put(obuf *b, const void *src, size_t n) {
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 64;
+    char *np;
+    while (cap < b->len + n)
+      cap *= 2;
+    np = (char *)realloc(b->p, cap);
+    if (np == NULL)
+      return false;
+    b->p = np;
+    b->cap = cap;
   }
-  return false;
+  memcpy(b->p + b->len, src, n);
+  b->len += n;
+  return true;
+}
+
+static bool is_shared_view(lua_State *L, int idx) {
+  bool shared = false;
+  if (lua_type(L, idx) == LUA_TTABLE && luaL_getmetafield(L, idx, "__name") != LUA_TNIL) {
+    shared = lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "lunaloop.shared") == 0;
+    lua_pop(L, 1);
+  }
+  return shared;
+}
+
+static int add_share(job *j, share *s) {
+  if (j->nshares == j->shares_cap) {
+    size_t cap = j->shares_cap ? j->shares_cap * 2 : 4;
+    share **a = (share **)realloc(j->shares, cap * sizeof *a);
+    if (a == NULL)
+      return -1;
+    j->shares = a;
+    j->shares_cap = cap;
+  }
+  share_use(s);
+  j->shares[j->nshares++] = s;
+  return 0;
+}
+
+/* Encodes the n values at first.. of L into *out (malloc'ed). `j` given:
+   Shares among them cross by reference (held by j). The path of value i
+   in messages starts with root_fmt (one %d: i) or, for i == 1 with
+   `root1`, that. Returns LUA_OK, or the status with the message on top of
+   L (nothing allocated). */
+static int encode_values(lua_State *L, int first, int n, const char *what, const char *root_fmt,
+                         const char *root1, job *j, char **out, size_t *outlen) {
+  obuf b = {NULL, 0, 0};
+  luna__copy_opts o;
+  uint32_t count = (uint32_t)n;
+  char root[48];
+  int i, st = LUA_OK;
+  first = lua_absindex(L, first);
+  memset(&o, 0, sizeof o);
+  o.limit = UINT32_MAX;
+  o.what = what;
+  o.context = "between states";
+  if (!obuf_put(&b, &count, sizeof count))
+    goto nomem;
+  for (i = 0; i < n; i++) {
+    int idx = first + i;
+    share **sp = j != NULL ? (share **)luaL_testudata(L, idx, SHARE_MT) : NULL;
+    if (sp != NULL && *sp != NULL) {
+      uint64_t token = (uint64_t)(uintptr_t)*sp;
+      if (!obuf_put(&b, "S", 1) || !obuf_put(&b, &token, sizeof token) || add_share(j, *sp) != 0)
+        goto nomem;
+      continue;
+    }
+    if (is_shared_view(L, idx)) {
+      lua_pushfstring(L, "%s: a table of task.workers.share cannot be sent back (copy what you "
+                         "need; at result %d)", what, i + 1);
+      st = LUA_ERRRUN;
+      goto fail;
+    }
+    if (i == 0 && root1 != NULL)
+      snprintf(root, sizeof root, "%s", root1);
+    else
+      snprintf(root, sizeof root, root_fmt, i + 1);
+    o.root = root;
+    st = luna__copy_encode_opts(L, idx, &o);
+    if (st != LUA_OK)
+      goto fail;
+    {
+      uint32_t len = (uint32_t)o.len;
+      if (!obuf_put(&b, "V", 1) || !obuf_put(&b, &len, sizeof len) || !obuf_put(&b, o.buf, o.len))
+        goto nomem;
+    }
+  }
+  free(o.buf);
+  *out = b.p;
+  *outlen = b.len;
+  return LUA_OK;
+nomem:
+  lua_pushfstring(L, "%s: not enough memory", what);
+  st = LUA_ERRMEM;
+fail:
+  free(o.buf);
+  free(b.p);
+  return st;
+}
+
+static void worker_decode_special(lua_State *W, uint64_t token, void *ud);
+
+/* Pushes the values of encode_values' bytes and returns how many; `w`:
+   decode shares in that worker's state (NULL: they read nil). May raise. */
+static int decode_values(lua_State *L, const char *p, worker *w) {
+  uint32_t n, i;
+  memcpy(&n, p, sizeof n);
+  p += sizeof n;
+  luaL_checkstack(L, (int)(n > 1000000 ? 1000000 : n) + 4, "too many values");
+  for (i = 0; i < n; i++) {
+    if (*p++ == 'S') {
+      uint64_t token;
+      memcpy(&token, p, sizeof token);
+      p += sizeof token;
+      if (w != NULL)
+        worker_decode_special(L, token, w);
+      else
+        lua_pushnil(L);
+    } else {
+      uint32_t len;
+      memcpy(&len, p, sizeof len);
+      p += sizeof len;
+      luna__copy_decode(L, p, len);
+      p += len;
+    }
+  }
+  return (int)n;
 }
 
 /* Drops the decoded copies of shares nobody uses any more. Worker thread. */
@@ -506,9 +632,6 @@ static int job_msgh(lua_State *W) {
 static int run_protected(lua_State *W) {
   worker *w = worker_of(W);
   job *j = w->current;
-  luna__copy_special dec = {NULL, worker_decode_special, w};
-  luna__copy_special enc = {worker_encode_special, NULL, NULL};
-  luna__copy_opts o = {UINT32_MAX, NULL, NULL, "states", "result %d", &enc};
   char what[160];
   int base, n, st;
   lua_settop(W, 0);
@@ -523,7 +646,7 @@ static int run_protected(lua_State *W) {
     return luaL_error(W, "module '%s' has no function '%s' (found a %s)", j->names, j->fn,
                       luaL_typename(W, -1));
   base = lua_gettop(W);
-  n = luna__copy_decode_values(W, j->args, j->args_len, &dec);
+  n = decode_values(W, j->args, w);
   free(j->args);
   j->args = NULL;
   if (j->kind == JOB_MAP) {
@@ -552,8 +675,7 @@ static int run_protected(lua_State *W) {
   if (j->kind == JOB_POST)
     return 0;
   snprintf(what, sizeof what, "%s.%s", j->names, j->fn);
-  o.what = what;
-  st = luna__copy_encode_values(W, base + 1, n, &o, &j->res, &j->res_len);
+  st = encode_values(W, base + 1, n, what, "result %d", NULL, NULL, &j->res, &j->res_len);
   if (st != LUA_OK)
     return lua_error(W);
   return 0;
@@ -727,7 +849,7 @@ static void *worker_main(void *arg) {
 
 static int push_results(lua_State *L, void *data) {
   job *j = (job *)data;
-  return luna__copy_decode_values(L, j->res, j->res_len, NULL);
+  return decode_values(L, j->res, NULL);
 }
 
 static int push_closed(lua_State *L, void *data) {
@@ -1356,25 +1478,6 @@ static int l_job_gc(lua_State *L) {
   return 0;
 }
 
-static bool loop_encode_special(lua_State *L, int idx, void *ud, uint64_t *token) {
-  job *j = (job *)ud;
-  share **sp = (share **)luaL_testudata(L, idx, SHARE_MT);
-  if (sp == NULL || *sp == NULL)
-    return false;
-  if (j->nshares == j->shares_cap) {
-    size_t cap = j->shares_cap ? j->shares_cap * 2 : 4;
-    share **a = (share **)realloc(j->shares, cap * sizeof *a);
-    if (a == NULL)
-      luaL_error(L, "not enough memory");
-    j->shares = a;
-    j->shares_cap = cap;
-  }
-  share_use(*sp);
-  j->shares[j->nshares++] = *sp;
-  *token = (uint64_t)(uintptr_t)*sp;
-  return true;
-}
-
 static const char *const kind_names[] = {"call", "post", "map", NULL};
 
 /* workers_prepare(pool, kind, module, fn, instructions, deliver_frame,
@@ -1390,8 +1493,6 @@ static int l_workers_prepare(lua_State *L) {
   lua_Integer det = luaL_optinteger(L, 6, 0);
   const char *what = luaL_checkstring(L, 7);
   int nargs = lua_gettop(L) - 7;
-  luna__copy_special enc;
-  luna__copy_opts o;
   job_ud *ud;
   job *j;
   ud = (job_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
@@ -1415,16 +1516,8 @@ static int l_workers_prepare(lua_State *L) {
     j->due = luna__loop_frame(p->loop) + (uint64_t)det;
   }
   j->seq = ++p->seq;
-  enc.encode = loop_encode_special;
-  enc.decode = NULL;
-  enc.ud = j;
-  o.limit = UINT32_MAX;
-  o.what = what;
-  o.payer = NULL;
-  o.between = "states";
-  o.root = kind == JOB_MAP ? "items" : "argument %d";
-  o.special = &enc;
-  if (luna__copy_encode_values(L, 8, nargs, &o, &j->args, &j->args_len) != LUA_OK) {
+  if (encode_values(L, 8, nargs, what, "argument %d", kind == JOB_MAP ? "items" : NULL, j,
+                    &j->args, &j->args_len) != LUA_OK) {
     lua_pushnil(L);
     lua_insert(L, -2);
     return 2;
@@ -1545,10 +1638,21 @@ static int l_workers_share(lua_State *L) {
   sp = (share **)lua_newuserdatauv(L, sizeof *sp, 0);
   *sp = NULL;
   luaL_setmetatable(L, SHARE_MT);
-  if (luna__copy_encode(L, 1, UINT32_MAX, "task.workers.share", NULL, &data, &len) != LUA_OK) {
-    lua_pushnil(L);
-    lua_insert(L, -2);
-    return 2;
+  {
+    luna__copy_opts o;
+    memset(&o, 0, sizeof o);
+    o.limit = UINT32_MAX;
+    o.what = "task.workers.share";
+    o.context = "between states";
+    o.root = "value";
+    if (luna__copy_encode_opts(L, 1, &o) != LUA_OK) {
+      free(o.buf);
+      lua_pushnil(L);
+      lua_insert(L, -2);
+      return 2;
+    }
+    data = o.buf;
+    len = o.len;
   }
   s = (share *)malloc(sizeof *s);
   if (s == NULL) {
