@@ -557,8 +557,11 @@ void luna__open_compose(lua_State *L);
    lua/lunaloop/roblox.lua) and returns its type (nil: none). */
 int luna__push_library(lua_State *L, const char *name);
 /* Runs the lazy chunk `name` ("=lunaloop/workers.lua") with the module,
-   internals and prelude, once per state (the caller makes sure). */
+   internals and prelude, the first time it is asked for in a state; later
+   calls do nothing. Raises when the module is not open. */
 void luna__run_lazy_chunk(lua_State *L, const char *name);
+/* luna__run_lazy_chunk of the simulation group's chunk. */
+void luna__load_sim(lua_State *L);
 
 /* ---- introspect.c: task.list, task.stats, t:info ------------------------ */
 void luna__open_introspect(lua_State *L, luna__binding *b);

@@ -247,11 +247,17 @@ static const luaL_Reg internal_funcs[] = {
     {"await_promise", luna__l_watch_promise},
     {NULL, NULL}};
 
-/* Chunks that run only when first needed (luna__run_lazy_chunk), so that a
-   state that never uses them does not pay for their functions: the worker
-   pool's Lua side. */
-static const char *const lazy_chunks[] = {"=lunaloop/workers.lua", NULL};
-static const char chunk_args_key = 'c'; /* registry: {module, internals, prelude} */
+/* Chunks that run only when a state first needs them, not when the module
+   opens, so that the many states that never use them do not pay for their
+   functions: the simulation group's (lua/lunaloop/sim.lua, the largest of
+   the chunks; until it runs, task.sim_open and task.wait_tick are stubs
+   that run it and call what it defined) and the worker pool's (workers.c
+   keeps a stub task.workers table of its own). luna__run_lazy_chunk runs
+   one, once per state. */
+#define SIM_CHUNK "=lunaloop/sim.lua"
+static const char *const lazy_chunks[] = {SIM_CHUNK, "=lunaloop/workers.lua", NULL};
+/* registry: {module, internals, prelude, [name] = true once run} */
+static const char chunk_args_key = 'c';
 
 static bool is_lazy_name(const char *name) {
   int i;
@@ -270,8 +276,15 @@ void luna__run_lazy_chunk(lua_State *L, const char *name) {
     luaL_error(L, "lunaloop: no chunk %s", name);
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &chunk_args_key) != LUA_TTABLE)
     luaL_error(L, "lunaloop: the module is not open");
+  if (lua_getfield(L, -1, name) != LUA_TNIL) { /* run already */
+    lua_pop(L, 2);
+    return;
+  }
+  lua_pop(L, 1);
   if (luaL_loadbufferx(L, c->text, c->size, c->name, "t") != LUA_OK)
     lua_error(L);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -3, name); /* a raise below does not run it twice */
   lua_rawgeti(L, -2, 1);
   lua_rawgeti(L, -3, 2);
   lua_rawgeti(L, -4, 3);
@@ -279,55 +292,18 @@ void luna__run_lazy_chunk(lua_State *L, const char *name) {
   lua_pop(L, 1);
 }
 
-/* Runs the module's Lua chunks in order, each with (module, internals,
-   prelude): they add when_all, when_any, timeout, scope and channel to the
-   module table on top of L. The prelude is a table that the first chunk
-   fills with helpers for the others. The workers' chunk is left for
-   luna__run_lazy_chunk, which finds the three in the registry. */
-/* The simulation group's chunk (lua/lunaloop/sim.lua) is run the first
-   time a state uses it, not when the module opens: most states never do,
-   and its functions are the largest of the chunks. Until then
-   task.sim_open and task.wait_tick are stubs that run it and call what it
-   defined; luna__load_sim runs it for luna_lua_attach_sim. */
-#define SIM_CHUNK "=lunaloop/sim.lua"
-static const char lazy_key = 'l';
-static const char module_key_for_stubs = 'M';
-
-static bool is_lazy(const luna__chunk *c) {
-  return strcmp(c->name, SIM_CHUNK) == 0;
-}
-
-/* Runs the sim chunk with the (module, internals, prelude) kept aside when
-   the module opened; once. Raises on a memory error. */
-void luna__load_sim(lua_State *L);
 void luna__load_sim(lua_State *L) {
-  const luna__chunk *c;
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &lazy_key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    return; /* run already */
-  }
-  for (c = luna__chunks; c->name != NULL && !is_lazy(c); c++) {
-  }
-  if (c->name == NULL || luaL_loadbufferx(L, c->text, c->size, c->name, "t") != LUA_OK)
-    luaL_error(L, "lunaloop: the simulation chunk is missing");
-  lua_rawgeti(L, -2, 1);
-  lua_rawgeti(L, -3, 2);
-  lua_rawgeti(L, -4, 3);
-  lua_pushnil(L);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &lazy_key); /* a raise below does not run it twice */
-  lua_call(L, 3, 0);
-  lua_pop(L, 1);
+  luna__run_lazy_chunk(L, SIM_CHUNK);
 }
 
-/* task.sim_open / task.wait_tick before the chunk ran: runs it, then calls
-   the module's function of that name (the chunk's) with the arguments. */
+/* task.sim_open / task.wait_tick before the sim chunk ran: runs it, then
+   calls the module's function of that name (the chunk's) with the
+   arguments. Upvalues: the name, the module. */
 static int l_sim_stub(lua_State *L) {
   const char *name = lua_tostring(L, lua_upvalueindex(1));
   int n = lua_gettop(L);
   luna__load_sim(L);
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key_for_stubs);
-  lua_getfield(L, -1, name);
-  lua_remove(L, -2);
+  lua_getfield(L, lua_upvalueindex(2), name);
   if (lua_tocfunction(L, -1) == l_sim_stub)
     return luaL_error(L, "lunaloop: the simulation chunk did not define task.%s", name);
   lua_insert(L, 1);
@@ -335,6 +311,12 @@ static int l_sim_stub(lua_State *L) {
   return lua_gettop(L);
 }
 
+/* Runs the module's Lua chunks in order, each with (module, internals,
+   prelude): they add when_all, when_any, timeout, scope, channel, groups
+   and signals to the module table on top of L. The prelude is a table
+   that the first chunk fills with helpers for the others. The lazy chunks
+   are left for luna__run_lazy_chunk, which finds the three in the
+   registry. */
 void luna__open_compose(lua_State *L) {
   int module = lua_absindex(L, -1);
   const luna__chunk *c;
@@ -353,7 +335,7 @@ void luna__open_compose(lua_State *L) {
   lua_rawseti(L, -2, 3);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &chunk_args_key);
   for (c = luna__chunks; c->name != NULL; c++) {
-    if (is_lazy(c) || is_lazy_name(c->name))
+    if (is_lazy_name(c->name))
       continue;
     if (luaL_loadbufferx(L, c->text, c->size, c->name, "t") != LUA_OK)
       lua_error(L);
@@ -362,21 +344,13 @@ void luna__open_compose(lua_State *L) {
     lua_pushvalue(L, module + 2);
     lua_call(L, 3, 0);
   }
-  lua_createtable(L, 3, 0); /* what the sim chunk will be run with */
-  lua_pushvalue(L, module);
-  lua_rawseti(L, -2, 1);
-  lua_pushvalue(L, module + 1);
-  lua_rawseti(L, -2, 2);
-  lua_pushvalue(L, module + 2);
-  lua_rawseti(L, -2, 3);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &lazy_key);
-  lua_pushvalue(L, module);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &module_key_for_stubs);
   lua_pushliteral(L, "sim_open");
-  lua_pushcclosure(L, l_sim_stub, 1);
+  lua_pushvalue(L, module);
+  lua_pushcclosure(L, l_sim_stub, 2);
   lua_setfield(L, module, "sim_open");
   lua_pushliteral(L, "wait_tick");
-  lua_pushcclosure(L, l_sim_stub, 1);
+  lua_pushvalue(L, module);
+  lua_pushcclosure(L, l_sim_stub, 2);
   lua_setfield(L, module, "wait_tick");
   lua_pop(L, 2);
 }

@@ -913,8 +913,6 @@ static int l_sim_set_attach(lua_State *L) {
   return 0;
 }
 
-void luna__load_sim(lua_State *L); /* internal.c */
-
 static int attach_protected(lua_State *L) {
   luna_sim *sim = (luna_sim *)lua_touserdata(L, 1);
   bridge *br;
