@@ -85,6 +85,17 @@ local function drive(co, ...)
   end
 end
 
+-- Refuses a suspended plain coroutine that one of our drivers holds
+-- (waiting in task.wait, or given to a defer or delay not run yet): a
+-- second driver would resume it early and the first again later. The
+-- coroutine running now may hand itself over (the idiom
+-- `task.delay(s, coroutine.running()); coroutine.yield()`).
+local function check_not_held(fname, n, co, level)
+  if drivers[co] and co_status(co) == "suspended" then
+    argerror(fname, n, "cannot resume a coroutine that task.wait, task.delay or task.defer holds", level)
+  end
+end
+
 -- What spawn does with a thread: a task not started yet starts now; a
 -- plain coroutine is driven. Returns the thread.
 local function run_thread(fname, co, ...)
@@ -100,9 +111,7 @@ local function run_thread(fname, co, ...)
   if st ~= "suspended" then
     argerror(fname, 1, "cannot resume a " .. st .. " coroutine", 3)
   end
-  if drivers[co] then
-    argerror(fname, 1, "cannot resume a coroutine that task.wait, task.delay or task.defer holds", 3)
-  end
+  check_not_held(fname, 1, co, 4)
   spawn(drive, co, ...)
   return co
 end
@@ -142,6 +151,7 @@ function R.defer(x, ...)
     end
     local st = co_status(x)
     if st ~= "suspended" then argerror("defer", 1, "cannot resume a " .. st .. " coroutine", 2) end
+    check_not_held("defer", 1, x, 3)
   end
   local t = new_task(deferred, x, ...)
   if tx == "thread" then drivers[x] = t end -- task.cancel(x) calls it off
@@ -165,6 +175,11 @@ function R.delay(seconds, x, ...)
   local tx = check_target("delay", 2, x)
   if tx == "thread" and is_task(x) then
     argerror("delay", 2, "expected a function or a plain coroutine (a task resumes itself)", 2)
+  end
+  if tx == "thread" then
+    local st = co_status(x)
+    if st == "dead" or st == "normal" then argerror("delay", 2, "cannot resume a " .. st .. " coroutine", 2) end
+    check_not_held("delay", 2, x, 3)
   end
   local t = spawn(delayed, seconds, x, ...)
   if tx == "thread" then drivers[x] = t; return x end
@@ -195,6 +210,9 @@ function R.cancel(co)
     argerror("cancel", 1, "cannot cancel the running thread (return from it, or error)", 2)
   end
   if is_task(co) then return cancel(co) end
+  if co_status(co) == "normal" then -- it resumed the code running now: refused, nothing changed
+    argerror("cancel", 1, "cannot cancel a normal coroutine", 2)
+  end
   local d = drivers[co]
   if d ~= nil then
     drivers[co] = nil

@@ -253,4 +253,60 @@ H.case("hostile_arguments_raise_clear_errors_at_the_call", function()
   H.has(err, "cannot cancel the running thread")
 end)
 
+-- defer and delay of a plain coroutine that our driver holds in a
+-- task.wait were accepted: a second driver then resumed the coroutine
+-- early (cutting its wait short) and the first one later resumed it again
+-- (or found it dead and failed inside roblox.lua, reported against the
+-- library's own line). They are refused as spawn refuses it, and the wait
+-- goes on untouched.
+H.case("defer_and_delay_refuse_a_coroutine_held_in_task_wait", function()
+  local reports, restore = H.capture_errors()
+  local log = {}
+  local co = coroutine.create(function()
+    log[#log + 1] = string.format("waited %.3f", R.wait(0.1))
+    return "done"
+  end)
+  R.spawn(co)
+  H.raises(function() R.defer(co) end, "bad argument #1 to 'defer' (cannot resume a coroutine that task.wait, task.delay or task.defer holds)")
+  H.raises(function() R.delay(0, co) end, "bad argument #2 to 'delay' (cannot resume a coroutine that task.wait, task.delay or task.defer holds)")
+  H.frames(3)
+  H.eq(log, {})
+  H.frames(3)
+  H.eq(log, {"waited 0.100"})
+  H.eq(coroutine.status(co), "dead")
+  -- the coroutine running now may still hand itself to delay (a Roblox idiom)
+  local idiom = coroutine.create(function()
+    R.delay(0.05, coroutine.running())
+    coroutine.yield()
+    log[#log + 1] = "idiom"
+  end)
+  R.spawn(idiom)
+  H.frames(3)
+  H.eq(log, {"waited 0.100", "idiom"})
+  H.raises(function() R.delay(1, idiom) end, "bad argument #2 to 'delay' (cannot resume a dead coroutine)")
+  restore()
+  H.eq(#reports, 0)
+end)
+
+-- task.cancel of a plain coroutine that is resuming another (status
+-- "normal") cancelled the driver task that ran it (the caller's own task,
+-- which then unwound) before it raised. Roblox refuses it; so does this,
+-- changing nothing.
+H.case("cancel_of_a_coroutine_resuming_another_raises_and_changes_nothing", function()
+  local log = {}
+  local outer
+  outer = coroutine.create(function()
+    local inner = coroutine.create(function()
+      local ok, err = pcall(R.cancel, outer)
+      log[#log + 1] = tostring(ok) .. " " .. tostring(err)
+    end)
+    coroutine.resume(inner)
+    log[#log + 1] = string.format("waited %.3f", R.wait(0.05))
+  end)
+  R.spawn(outer)
+  H.frames(4)
+  H.eq(log, {"false bad argument #1 to 'cancel' (cannot cancel a normal coroutine)", "waited 0.050"})
+  H.eq(coroutine.status(outer), "dead")
+end)
+
 H.run()
