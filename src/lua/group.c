@@ -602,6 +602,19 @@ void luna__group_timer_cb(luna_loop *loop, void *arg) {
   luna__pump(t->b);
 }
 
+/* The group at 1, open, for one of its awaits. A calling task whose
+   cancellation is pending (it caught the error of its own g:cancel(), or
+   a host function cancelled the group under it) unwinds here with the
+   cancellation error, as at any await, instead of failing on the closed
+   group. */
+static group *check_await_group(lua_State *L, const char *what) {
+  group *g = check_group(L, 1);
+  luna__task *t = g->b->current;
+  if ((g->closed || g->clock == NULL) && t != NULL && t->co == L && t->cancel_requested)
+    (void)luna__check_await_in(L, g->b, what); /* raises the cancellation error */
+  return check_open(L, 1, what);
+}
+
 /* Suspends the calling task on g's clock until it reads `deadline`. */
 static int group_wait(lua_State *L, group *g, luna__task *t, luna_timing timing,
                       luna_timer_kind kind, int64_t deadline) {
@@ -618,7 +631,7 @@ static int group_wait(lua_State *L, group *g, luna__task *t, luna_timing timing,
 
 /* g:delay(seconds, [timing]): task.delay on the group's clock. */
 static int l_delay(lua_State *L) {
-  group *g = check_open(L, 1, "g:delay");
+  group *g = check_await_group(L, "g:delay");
   luna_ns ns = luna__check_seconds(L, 2);
   luna_timing timing = luna__opt_timing(L, 3, LUNA_UPDATE);
   luna__task *t;
@@ -632,7 +645,7 @@ static int l_delay(lua_State *L) {
 
 /* g:yield([timing]): the next run of `timing` at which g is not paused. */
 static int l_yield(lua_State *L) {
-  group *g = check_open(L, 1, "g:yield");
+  group *g = check_await_group(L, "g:yield");
   luna_timing timing = luna__opt_timing(L, 2, LUNA_UPDATE);
   luna__task *t = luna__check_await_in(L, g->b, "g:yield");
   return group_wait(L, g, t, timing, LUNA_TIMER_FRAME, luna__gclock_frames(g->clock));
@@ -641,7 +654,7 @@ static int l_yield(lua_State *L) {
 /* g:next_frame([timing]): the first run of `timing` after one more frame
    of g (frames count while g is not paused). */
 static int l_next_frame(lua_State *L) {
-  group *g = check_open(L, 1, "g:next_frame");
+  group *g = check_await_group(L, "g:next_frame");
   luna_timing timing = luna__opt_timing(L, 2, LUNA_UPDATE);
   luna__task *t = luna__check_await_in(L, g->b, "g:next_frame");
   return group_wait(L, g, t, timing, LUNA_TIMER_FRAME, luna__gclock_frames(g->clock) + 1);
@@ -649,7 +662,7 @@ static int l_next_frame(lua_State *L) {
 
 /* g:delay_frame(n, [timing]): after n more frames of g. */
 static int l_delay_frame(lua_State *L) {
-  group *g = check_open(L, 1, "g:delay_frame");
+  group *g = check_await_group(L, "g:delay_frame");
   lua_Integer n = luaL_checkinteger(L, 2);
   luna_timing timing;
   luna__task *t;

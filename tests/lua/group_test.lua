@@ -339,6 +339,39 @@ H.case("a_member_cancelling_its_own_group_unwinds_after_the_call", function()
   H.eq({boss:status(), other:status()}, {"cancelled", "cancelled"})
 end)
 
+-- A member whose cancellation is pending when it reaches an await of its
+-- own (cancelled) group: it caught the error of its own g:cancel(), or a
+-- host function cancelled the group under it (luna_lua_group_cancel,
+-- which returns normally). The group's awaits raised "g:delay: the group
+-- is cancelled", a failure that was reported although the task ended
+-- "cancelled"; they raise the cancellation error, as the plain awaits do,
+-- and nothing is reported.
+H.case("a_member_with_a_pending_cancellation_unwinds_at_its_groups_await", function()
+  local reports, restore = H.capture_errors()
+  local log = {}
+  local tasks = {}
+  for i, await in ipairs{
+    function(g) g:delay(1) end, function(g) g:yield() end,
+    function(g) g:next_frame() end, function(g) g:delay_frame(2) end,
+  } do
+    local g = task.group()
+    tasks[i] = g:spawn(function()
+      local c <close> = closer(log, "closed " .. i)
+      g:delay(0.1)
+      local ok, err = pcall(g.cancel, g)
+      log[#log + 1] = i .. " caught " .. tostring(task.is_cancelled(err) and not ok)
+      await(g)
+      log[#log + 1] = "never"
+    end)
+  end
+  H.frames(1, 0.1)
+  restore()
+  H.eq(log, {"1 caught true", "closed 1", "2 caught true", "closed 2",
+             "3 caught true", "closed 3", "4 caught true", "closed 4"})
+  for i = 1, 4 do H.eq(tasks[i]:status(), "cancelled") end
+  H.eq(#reports, 0)
+end)
+
 -- A task outside the group that waits on its clock gets the cancellation
 -- error at its await when the group is cancelled.
 H.case("a_non_member_waiting_on_a_cancelled_groups_clock_is_woken_with_cancellation", function()

@@ -188,6 +188,41 @@ static void a_member_destroying_its_own_object_from_c(void **state) {
   luna_loop_free(loop);
 }
 
+/* The member that destroyed its own object from C goes on to its next
+   await, and that await is one of its group's (what a game object's
+   script mostly waits on): it unwinds there with the cancellation error,
+   as lunaloop_lua.h promises, instead of failing with "g:delay: the group
+   is cancelled" (which was reported, though the task ended cancelled). */
+static void a_member_destroying_its_own_object_unwinds_at_a_group_await(void **state) {
+  luna_loop *loop;
+  lua_State *L;
+  (void)state;
+  assert_int_equal(luna_loop_new(NULL, &loop), 0);
+  L = new_task_state(loop);
+  lua_register(L, "destroy", l_destroy);
+  self_group = luna_lua_group_new(L, "self", NULL);
+  assert_non_null(self_group);
+  assert_int_equal(luna_lua_group_push(L, self_group), 0);
+  lua_setglobal(L, "g");
+  run(L, "log = {}\n"
+         "boss = g:spawn(function()\n"
+         "  local c <close> = setmetatable({}, {__close = function(_, e)\n"
+         "    log[#log + 1] = 'boss ' .. tostring(task.is_cancelled(e)) end})\n"
+         "  g:delay(0.1)\n"
+         "  log[#log + 1] = 'destroy returned ' .. destroy()\n"
+         "  g:delay(0.1)\n"
+         "  log[#log + 1] = 'never'\n"
+         "end)\n");
+  assert_int_equal(luna_loop_frame(loop, 0.1), 0);
+  run(L, "assert(table.concat(log, ',') == 'destroy returned 1,boss true', table.concat(log, ','))\n"
+         "assert(boss:status() == 'cancelled')");
+  assert_int_equal(luna_lua_error_count(L), 0);
+  assert_int_equal(luna_lua_task_count(L), 0);
+  luna_lua_group_release(L, self_group);
+  lua_close(L);
+  luna_loop_free(loop);
+}
+
 /* lua_close with members still waiting on their groups' clocks, deferred
    starts and callbacks of groups, and a group the host still holds: every
    task is cancelled before any group's memory goes (ASan checks it). */
@@ -227,6 +262,7 @@ int main(void) {
       cmocka_unit_test(a_group_of_another_state_is_refused),
       cmocka_unit_test(loop_freed_or_reset_under_groups),
       cmocka_unit_test(a_member_destroying_its_own_object_from_c),
+      cmocka_unit_test(a_member_destroying_its_own_object_unwinds_at_a_group_await),
       cmocka_unit_test(closing_the_state_with_groups_in_use),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
