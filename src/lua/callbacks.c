@@ -405,11 +405,15 @@ static void check_priority(lua_State *L, int opts, luna_item_options *o) {
 }
 
 /* The argument at idx, after a callback's function: a timing name (when
-   `timing_ok`; *timing is set), then an options table or nil. Returns the
-   index of the options (idx, or idx + 1 after a timing name). Raises an
+   `timing_ok`; *timing is set; nil there with more arguments after it
+   is a timing left out), then an options table or nil. Returns the
+   index of the options (idx, or idx + 1 after a timing or its nil). Raises an
    argument error at the position the caller wrote, saying what may be
    there. */
 static int timing_or_options(lua_State *L, int idx, bool timing_ok, luna_timing *timing) {
+  /* An optional timing written as nil: the options come after it. */
+  if (timing_ok && lua_isnil(L, idx) && !lua_isnone(L, idx + 1))
+    return timing_or_options(L, idx + 1, false, timing);
   if (timing_ok && lua_type(L, idx) == LUA_TSTRING) {
     *timing = luna__opt_timing(L, idx, LUNA_UPDATE);
     idx++;
@@ -508,7 +512,8 @@ static int every_impl(lua_State *L, luna__binding *b, struct luna__gclock *clock
     static const char *const known[] = {"timing", "clock", "spread", NULL};
     static const char *const group_known[] = {"timing", "spread", NULL};
     luna__check_options(L, opt, clock != NULL ? group_known : known);
-    if (opt == o + 4 && lua_getfield(L, opt, "timing") != LUA_TNIL)
+    if (opt == o + 4 && lua_type(L, o + 3) == LUA_TSTRING &&
+        lua_getfield(L, opt, "timing") != LUA_TNIL)
       luaL_argerror(L, opt, "opts.timing: the timing was given as argument #3 already");
     lua_settop(L, opt);
     timing = luna__field_timing(L, opt, "timing", timing);

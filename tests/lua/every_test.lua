@@ -121,4 +121,24 @@ H.case("every_without_spread_lands_all_in_one_frame", function()
   H.eq(frames_with_calls, {{30, 10000}, {60, 10000}})
 end)
 
+-- The timing is optional and may be written as nil, with the options
+-- after it: task.every(0.1, fn, nil, {clock = "unscaled"}) ignored the
+-- options table silently (the callback ran on the scaled clock, unknown
+-- options passed); so did task.on(fn, nil, opts) and g:every, which took
+-- opts.clock that way although a group's callbacks refuse it.
+H.case("options_after_an_explicit_nil_timing_are_read", function()
+  task.time_scale(0)
+  local n = 0
+  local h <close> = task.every(0.1, function() n = n + 1 end, nil, {clock = "unscaled"})
+  H.frames(12)
+  H.eq(n, 2)
+  H.raises(function() task.every(0.1, print, nil, {bogus = 1}) end, "unknown option 'bogus'")
+  local late <close> = task.every(0.1, print, nil, {timing = "PreLateUpdate"})
+  H.has(tostring(late), "every PreLateUpdate")
+  H.raises(function() task.on(print, nil, {priority = "bogus"}) end, "priority")
+  local g <close> = task.group()
+  H.raises(function() g:every(0.1, print, nil, {clock = "unscaled"}) end, "unknown option 'clock'")
+  H.raises(function() g:on(print, nil, {bogus = true}) end, "unknown option 'bogus'")
+end)
+
 H.run()
