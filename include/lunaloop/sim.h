@@ -311,7 +311,10 @@ LUNA_API void luna_sim_get_config(const luna_sim *sim, luna_sim_config *out);
    gets its detach, and the history is emptied (its slots meant the old
    provider's data). ud is handed to every callback. 0; LUNA_EINVAL for a
    NULL sim or ops with a NULL save, load or tick; LUNA_ESTATE during a tick
-   or a provider callback. */
+   or a provider callback (removing, NULL ops, is refused only inside a
+   provider callback: the owner of the state may stop providing it during
+   a tick, e.g. when it is closed by the host hook, and the tick goes on
+   without a provider). */
 LUNA_API int luna_sim_set_provider(luna_sim *sim, const luna_sim_provider *ops, void *ud);
 
 /* The provider's ud, or NULL when none is registered. */

@@ -381,7 +381,10 @@ int luna_sim_set_provider(luna_sim *sim, const luna_sim_provider *ops, void *ud)
   if (sim == NULL ||
       (ops != NULL && (ops->save == NULL || ops->load == NULL || ops->tick == NULL)))
     return LUNA_EINVAL;
-  if (ticking(sim))
+  /* Removing is refused only inside a provider callback (the provider is
+     on the stack): a state closed during a tick must still be able to
+     stop being called. */
+  if (ops == NULL ? sim->in_provider > 0 : ticking(sim))
     return LUNA_ESTATE;
   detach(sim);
   if (ops != NULL) {

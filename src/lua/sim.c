@@ -884,10 +884,15 @@ static int b_close(lua_State *L) {
   return 0;
 }
 
+/* The state closes (or the group is collected): the sim must never call
+   this bridge again. An owned sim cannot be freed during its tick or a
+   run of its pair (a state closed by the host hook): it is then only
+   detached, and stays on the loop, which frees it. */
 static int bridge_gc(lua_State *L) {
   bridge *br = (bridge *)luaL_checkudata(L, 1, BRIDGE_MT);
-  if (br->sim != NULL && br->b->loop != NULL)
-    (void)release(NULL, br);
+  if (br->sim != NULL && br->b->loop != NULL && release(NULL, br) != 0 &&
+      luna_sim_set_provider(br->sim, NULL, NULL) == 0)
+    br->sim = NULL;
   return 0;
 }
 

@@ -1069,6 +1069,29 @@ static void a_stopped_frame_closes_its_tick(void **state) {
   assert_int_equal(luna_sim_tick(sim), 2);
 }
 
+/* The owner of the state may stop providing it during a tick (a Lua state
+   closed by the host hook between FixedUpdate and LastFixedUpdate): the
+   removal used to be refused with LUNA_ESTATE for the whole tick, which
+   left a provider whose ud was gone; only inside a provider callback is it
+   refused now. The tick goes on without a provider, the next ones count. */
+static bool item_remove_provider(luna_loop *loop, void *arg) {
+  *(int *)arg = luna_sim_set_provider(luna_sim_of(loop), NULL, NULL);
+  return false;
+}
+
+static void the_provider_can_be_removed_during_a_tick_but_not_inside_its_callbacks(void **state) {
+  fixture *fx = *state;
+  luna_sim *sim = sim_with(fx, cfg_ms(20));
+  int rc = 1;
+  assert_int_equal(luna_item_add(fx->loop, LUNA_FIXED_UPDATE, item_remove_provider, &rc, NULL), 0);
+  assert_int_equal(luna_loop_frame_ns(fx->loop, 40 * MS), 0);
+  assert_int_equal(rc, 0);
+  assert_null(luna_sim_provider_ud(sim));
+  assert_int_equal(F.n, 1); /* the frame's second tick ran without it */
+  assert_int_equal(luna_loop_frame_ns(fx->loop, 40 * MS), 0);
+  assert_int_equal(luna_sim_tick(sim), 4);
+}
+
 static void replacing_the_provider_detaches_it_and_empties_the_history(void **state) {
   fixture *fx = *state;
   luna_sim *sim = sim_with(fx, cfg_ms(20));
@@ -1245,6 +1268,7 @@ int main(void) {
       T(the_pair_is_inside_the_tick_and_other_timings_are_not),
       T(a_stopped_frame_closes_its_tick),
       T(replacing_the_provider_detaches_it_and_empties_the_history),
+      T(the_provider_can_be_removed_during_a_tick_but_not_inside_its_callbacks),
       T(a_sim_made_during_a_frame_takes_the_pair_at_the_next),
       T(the_longest_tick_in_the_largest_batch_fits),
       T(loading_an_imported_future_raises_the_head),

@@ -231,6 +231,54 @@ static void attach_errors_and_close_detaches(void **state) {
   luna_loop_free(other);
 }
 
+/* A state closed inside one of the sim's ticks (by the host hook between
+   FixedUpdate and LastFixedUpdate, a scene unloaded mid-frame) still
+   detaches its provider, whether the host made the sim or the script did
+   (task.sim_open). It used not to: the detach was refused with
+   LUNA_ESTATE during the tick, the provider stayed registered with the
+   freed state's bridge as its ud, and the next tick called into freed
+   memory (ASan: heap-use-after-free in p_tick). */
+static lua_State *closing_state;
+static void close_in_hook(luna_loop *loop, luna_timing timing, void *ud) {
+  (void)loop;
+  (void)ud;
+  if (timing == LUNA_FIXED_UPDATE && closing_state != NULL) {
+    lua_close(closing_state);
+    closing_state = NULL;
+  }
+}
+
+static void closing_the_state_inside_a_tick_detaches_it(void **state) {
+  int owned;
+  (void)state;
+  for (owned = 0; owned < 2; owned++) {
+    luna_config cfg;
+    luna_loop *loop;
+    luna_sim *sim = NULL;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.hook = close_in_hook;
+    assert_int_equal(luna_loop_new(&cfg, &loop), 0);
+    if (!owned)
+      assert_int_equal(luna_sim_new(loop, NULL, &sim), 0);
+    closing_state = new_task_state(loop);
+    if (!owned)
+      assert_int_equal(luna_lua_attach_sim(closing_state, sim), 0);
+    else
+      run(closing_state, "task.sim_open{}");
+    sim = luna_sim_of(loop);
+    run(closing_state, "w = task.sim.state('w', {n = 0})\n"
+                       "task.sim.on_tick(function() w.n = w.n + 1 end)");
+    assert_non_null(luna_sim_provider_ud(sim));
+    assert_int_equal(luna_loop_frame_ns(loop, 17 * MS), 0); /* closes the state in the tick */
+    assert_null(closing_state);
+    assert_null(luna_sim_provider_ud(sim));
+    assert_int_equal(luna_loop_frame_ns(loop, 17 * MS), 0);
+    assert_int_equal(luna_loop_frame_ns(loop, 17 * MS), 0);
+    assert_int_equal(luna_sim_tick(sim), 3);
+    luna_loop_free(loop);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(frames_drive_consecutive_ticks_and_alpha),
@@ -239,6 +287,7 @@ int main(void) {
       cmocka_unit_test(awaits_in_frame_driven_ticks_raise),
       cmocka_unit_test(snapshots_cross_loops_as_bytes),
       cmocka_unit_test(attach_errors_and_close_detaches),
+      cmocka_unit_test(closing_the_state_inside_a_tick_detaches_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
