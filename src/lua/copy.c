@@ -403,9 +403,28 @@ static const char *skip_value(const char *p) {
   }
 }
 
+/* For the table on top of L: true when it is in the set at `seen`
+   already; else adds it and returns false. */
+static bool mark_seen(lua_State *L, int seen) {
+  lua_pushvalue(L, -1);
+  if (lua_rawget(L, seen) != LUA_TNIL) {
+    lua_pop(L, 1);
+    return true;
+  }
+  lua_pop(L, 1);
+  lua_pushvalue(L, -1);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, seen);
+  return false;
+}
+
 /* Restores the table body at p (just after its T_TABLE tag) into the
-   table at dst: see luna__copy_restore. Returns the end of the body. */
-static const char *restore_table(lua_State *L, int dst, const char *p, int classes) {
+   table at dst: see luna__copy_restore. `seen` is the set of live tables
+   already refilled by this restore (dst among them): a table reached
+   again (at a second key, or under itself: the live tables may have been
+   rearranged since the snapshot) is not refilled twice, the key gets a
+   new table instead. Returns the end of the body. */
+static const char *restore_table(lua_State *L, int dst, const char *p, int classes, int seen) {
   uint32_t n, i, have = 0;
   const char *body;
   memcpy(&n, p, sizeof n);
@@ -423,8 +442,8 @@ static const char *restore_table(lua_State *L, int dst, const char *p, int class
     }
     if (*v == T_TABLE) {
       lua_pushvalue(L, -1);
-      if (lua_rawget(L, dst) == LUA_TTABLE) { /* the same table, refilled */
-        p = restore_table(L, lua_gettop(L), v + 1, classes);
+      if (lua_rawget(L, dst) == LUA_TTABLE && !mark_seen(L, seen)) { /* the same table, refilled */
+        p = restore_table(L, lua_gettop(L), v + 1, classes, seen);
         if (cls != 0)
           set_class(L, classes, cls);
         lua_pop(L, 2);
@@ -471,6 +490,7 @@ static const char *restore_table(lua_State *L, int dst, const char *p, int class
 
 int luna__copy_restore(lua_State *L, int idx, const char *data, size_t len, int classes) {
   const char *p = data;
+  int seen;
   (void)len;
   idx = lua_absindex(L, idx);
   classes = classes != 0 ? lua_absindex(L, classes) : 0;
@@ -478,7 +498,13 @@ int luna__copy_restore(lua_State *L, int idx, const char *data, size_t len, int 
     p += 2;
   if (*p != T_TABLE || lua_type(L, idx) != LUA_TTABLE)
     return -1;
-  restore_table(L, idx, p + 1, classes);
+  lua_createtable(L, 0, 16);
+  seen = lua_gettop(L);
+  lua_pushvalue(L, idx);
+  (void)mark_seen(L, seen);
+  lua_pop(L, 1);
+  restore_table(L, idx, p + 1, classes, seen);
+  lua_pop(L, 1);
   return 0;
 }
 

@@ -87,7 +87,10 @@ void luna__copy_decode_classes(lua_State *L, const char *data, size_t len, int c
    table at idx and every table under it that the snapshot has a table for
    at the same key keep their identity (references scripts hold stay
    valid) and their metatables (class tables get their class's); keys the
-   snapshot lacks are removed, other values replaced. Returns 0, or -1 when
+   snapshot lacks are removed, other values replaced. A live table reached
+   a second time (the same table at two keys, or under itself) is refilled
+   once: the later keys get new tables, so the result equals the snapshot
+   however the live tables were rearranged. Returns 0, or -1 when
    data holds no table or idx is not one. May raise (out of memory). */
 int luna__copy_restore(lua_State *L, int idx, const char *data, size_t len, int classes);
 
