@@ -677,7 +677,8 @@ local function new_group(br)
   local function wait_tick(n, what, level)
     check_open(what)
     n = n == nil and 1 or check_count(what, 1, n, "a count of ticks >= 0", 0)
-    local target = sim.newest() + n
+    local head = sim.newest()
+    local target = n > math.maxinteger - head and math.maxinteger or head + n -- never wraps
     local me = sim_suspend(target, what, level) -- raises when the caller cannot await
     if n == 0 then return target end
     seq = seq + 1
@@ -764,8 +765,10 @@ function M.sim_open(opts)
     end
     if c.timing == nil or c.timing == 0 then bad("timing", "the first timing of a pair (\"FixedUpdate\", ...)") end
   end
+  if c.rate_scale == 0 then c.rate_scale = nil end -- the core's 0 is "the default, 1": set after
   local br, msg = I.sim_new(c)
   if not br then error("task.sim_open: " .. msg, 2) end
+  if opts.rate_scale == 0 then br:set_rate_scale(0) end
   local sim = new_group(br)
   M.sim = sim
   return sim
