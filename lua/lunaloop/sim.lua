@@ -23,10 +23,10 @@ local M, I, P = ...
 
 local error, ipairs, pairs, pcall, select, setmetatable, type, tostring =
   error, ipairs, pairs, pcall, select, setmetatable, type, tostring
-local mtype, floor, huge = math.type, math.floor, math.huge
+local mtype, floor, huge, maxinteger = math.type, math.floor, math.huge, math.maxinteger
 local format, sub = string.format, string.sub
 local spack, sunpack = string.pack, string.unpack
-local pack, unpack, sort, remove = table.pack, table.unpack, table.sort, table.remove
+local pack, unpack, sort, remove, concat = table.pack, table.unpack, table.sort, table.remove, table.concat
 local argerror, number_text = P.argerror, P.number_text
 local sim_call, sim_report, sim_store = I.sim_call, I.sim_report, I.sim_store
 local sim_suspend, sim_wake = I.sim_suspend, I.sim_wake
@@ -253,10 +253,33 @@ local function new_group(br)
     return store:bytes(slot) or error("sim: slot " .. slot .. " holds no snapshot", 0)
   end
 
+  -- A snapshot's root must hold this group's states (each a table) and
+  -- its own data, and nothing else: a load restores the root in place, so
+  -- another script's snapshot would drop the registered tables from every
+  -- later snapshot. Returns nil or what is wrong.
+  local function foreign(root)
+    local lacks, has = {}, {}
+    for k in pairs(roots) do if type(root[k]) ~= "table" then lacks[#lacks + 1] = k end end
+    for k in pairs(root) do if roots[k] == nil then has[#has + 1] = k end end
+    if #lacks == 0 and #has == 0 then return nil end
+    local function names(list)
+      sort(list, key_less)
+      for i, k in ipairs(list) do list[i] = k == SYS and "(sim)" or show(k) end
+      return concat(list, ", ")
+    end
+    local parts = {}
+    if #lacks > 0 then parts[#parts + 1] = "it lacks " .. names(lacks) end
+    if #has > 0 then parts[#parts + 1] = "has " .. names(has) end
+    return "sim.import: the snapshot is not of this group's states (" .. concat(parts, ", ") .. ")"
+  end
+
   function P.import(tick, slot, bytes)
     local sum, msg = store:put(slot, bytes, tick)
-    if sum then slot_regs[slot] = regs end
-    return sum, msg and "sim.import: " .. msg
+    if not sum then return nil, "sim.import: " .. msg end
+    local wrong = foreign(store:decode(slot))
+    if wrong then store:clear(slot); return nil, wrong end
+    slot_regs[slot] = regs
+    return sum
   end
 
   local function run_confirmed(upto)
@@ -678,7 +701,7 @@ local function new_group(br)
     check_open(what)
     n = n == nil and 1 or check_count(what, 1, n, "a count of ticks >= 0", 0)
     local head = sim.newest()
-    local target = n > math.maxinteger - head and math.maxinteger or head + n -- never wraps
+    local target = n > maxinteger - head and maxinteger or head + n -- never wraps
     local me = sim_suspend(target, what, level) -- raises when the caller cannot await
     if n == 0 then return target end
     seq = seq + 1

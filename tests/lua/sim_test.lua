@@ -483,4 +483,28 @@ H.case("wait_tick_of_a_huge_count_does_not_wrap_around", function()
   t1:cancel(); t2:cancel()
 end)
 
+-- sim.import refuses a snapshot whose states are not the group's (another
+-- script's, an old save game): the names it registers, each a table, and
+-- the group's own data. It used to store it, and a load then removed the
+-- group's registered tables from every later snapshot (a state silently
+-- not rolled back any more) and added the foreign ones.
+H.case("import_refuses_a_snapshot_of_other_states", function()
+  local a = open{}
+  a.state("world", {n = 1})
+  a.step()
+  local bytes = a.export()
+  local b = open{}
+  local o = b.state("other", {m = 2})
+  H.eq({b.import(bytes, {load = true})},
+    {nil, 'sim.import: the snapshot is not of this group\'s states (it lacks "other", has "world")'})
+  H.eq(b.tick(), 0)
+  o.m = 3
+  H.truthy(b.checksum() ~= b.checksum(0), "other is still in the snapshot")
+  local c = open{}
+  c.state("world", {n = 0})
+  local tick, sum = c.import(bytes, {load = true})
+  H.eq(tick, 1)
+  H.eq(sum, c.checksum(1))
+end)
+
 H.run()
