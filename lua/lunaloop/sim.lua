@@ -765,7 +765,7 @@ function M.sim_open(opts)
     end
     return v
   end
-  c.history = count("history", 2, 65536)
+  c.history = count("history", 1, 65536)
   c.check_distance = count("check_distance", 0, 65535)
   c.max_ticks = count("max_ticks", 1, 65536)
   c.max_batch = count("max_batch", 1, 65536)

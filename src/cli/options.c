@@ -100,10 +100,12 @@ static int parse_options(int argc, char **argv, luna_run_options *opts, bool rep
       if (repl)
         return luna__cli_usage_error("repl: --%s is an option of run only", name);
       if (c == OPT_SIM_TICK_RATE) {
-        /* the tick length as the sim takes it: 1 ns to LUNA_SIM_TICK_NS_MAX */
-        if (!luna__cli_parse_rate(optarg, NULL, &opts->sim_tick_ns) || opts->sim_tick_ns <= 0 ||
-            opts->sim_tick_ns > LUNA_SIM_TICK_NS_MAX)
-          return luna__cli_bad_value(name, optarg, "a tick rate in Hz from 1 to 1e9");
+        /* 0.001 Hz (ticks of 1000 s, as task.sim_open's `tick`) to 1e9
+           Hz (1 ns): inside what the sim takes (up to LUNA_SIM_TICK_NS_MAX) */
+        double hz = 0;
+        if (!luna__cli_parse_rate(optarg, &hz, &opts->sim_tick_ns) || !(hz >= 1e-3) ||
+            opts->sim_tick_ns <= 0 || opts->sim_tick_ns > LUNA_SIM_TICK_NS_MAX)
+          return luna__cli_bad_value(name, optarg, "a tick rate in Hz from 0.001 to 1e9");
         opts->has_sim = true;
         continue;
       }

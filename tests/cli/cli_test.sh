@@ -646,7 +646,14 @@ case_sim_runs_repeat_their_checksum_stream() {
   expect_err 'run: --sim-check must be less than the history \(64 ticks\)'
   ll run --sim-tick-rate 0 "$S/sim_stream.lua"
   expect_status 2
-  expect_err "bad value '0' for --sim-tick-rate \(expected a tick rate in Hz from 1 to 1e9\)"
+  expect_err "bad value '0' for --sim-tick-rate \(expected a tick rate in Hz from 0.001 to 1e9\)"
+  # the range the message names is the one taken: 0.5 Hz (2 s ticks) runs,
+  # 1e-4 Hz is refused (it used to be taken, outside the "1 to 1e9" named)
+  ll run --fast --frames 1 --sim-tick-rate 0.5 "$S/sim_stream.lua"
+  expect_status 0
+  ll run --sim-tick-rate 1e-4 "$S/sim_stream.lua"
+  expect_status 2
+  expect_err "bad value '1e-4' for --sim-tick-rate \(expected a tick rate in Hz from 0.001 to 1e9\)"
   ll repl --sim-tick-rate 50
   expect_status 2
   expect_err 'repl: --sim-tick-rate is an option of run only'

@@ -507,4 +507,19 @@ H.case("import_refuses_a_snapshot_of_other_states", function()
   H.eq(sum, c.checksum(1))
 end)
 
+-- task.sim_open takes a history of 1 tick, as the core and `lunaloop run
+-- --sim-history 1` do (it used to ask for 2 to 65536): only the present
+-- tick is held.
+H.case("a_history_of_one_tick_holds_the_present", function()
+  local sim = open{history = 1}
+  local w = sim.state("w", {n = 0})
+  sim.on_tick(function() w.n = w.n + 1 end)
+  sim.step(5)
+  H.eq({sim.history()}, {5, 5})
+  H.eq({sim.load(4)}, {nil, "no snapshot of tick 4 (the history holds ticks 5 to 5)"})
+  w.n = 99
+  H.eq({sim.load(5), w.n}, {5, 5})
+  H.raises(function() task.sim_open{history = 0} end, "opts.history: expected an integer from 1 to 65536, got 0")
+end)
+
 H.run()
