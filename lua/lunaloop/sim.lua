@@ -686,6 +686,9 @@ local function new_group(br)
     end
     local _, tick = sunpack(HEADER, bytes)
     if tick < 0 then return nil, "sim.import: the snapshot's tick is negative" end
+    if tick > 1 << 62 then -- so that stepping on from it never reaches math.maxinteger
+      return nil, format("sim.import: the snapshot's tick %d is out of range (0 to 2^62)", tick)
+    end
     local ok, sum = pcall(br.import, br, tick, sub(bytes, hsize + 1))
     if not ok then return nil, sum end
     if sum == nil then return nil, "sim.import: the bytes are not a snapshot (damaged, or not made by sim.export)" end

@@ -522,4 +522,23 @@ H.case("a_history_of_one_tick_holds_the_present", function()
   H.raises(function() task.sim_open{history = 0} end, "opts.history: expected an integer from 1 to 65536, got 0")
 end)
 
+-- sim.import refuses a snapshot whose header names a tick past 2^62 (bytes
+-- from a peer are not trusted): it was stored and loaded, and the next
+-- step took the group's tick past math.maxinteger, where Lua integers
+-- wrap: sim.tick() read negative and sim.export() raised.
+H.case("import_refuses_a_tick_past_2_to_the_62", function()
+  local sim = open{}
+  sim.state("w", {n = 0})
+  sim.step()
+  local b = sim.export()
+  local hdr = #string.pack("=c13j", "lunaloop-sim\1", 0)
+  local body = b:sub(hdr + 1)
+  for _, tick in ipairs{math.maxinteger, (1 << 62) + 1} do
+    H.eq({sim.import(string.pack("=c13j", "lunaloop-sim\1", tick) .. body, {load = true})},
+      {nil, "sim.import: the snapshot's tick " .. tick .. " is out of range (0 to 2^62)"})
+  end
+  H.eq(sim.tick(), 1)
+  H.eq(sim.import(string.pack("=c13j", "lunaloop-sim\1", 1 << 62) .. body), 1 << 62)
+end)
+
 H.run()
