@@ -206,13 +206,28 @@ local function new_group(br)
     if wake_item and #waiters == 0 then wake_item:remove(); wake_item = nil end
   end
 
+  -- Forgets the effects run at ticks up to `upto`, which no load can reach
+  -- again: every tick number from the last call's on (batches skip some,
+  -- so clearing one number per tick would leave those), or, after a jump
+  -- (an imported future), whatever the table holds up to there.
+  local fired_low = 0
+  local function forget_fired(upto)
+    if upto < fired_low then return end
+    if upto - fired_low > 1024 then
+      for k in pairs(fired) do if k <= upto then fired[k] = nil end end
+    else
+      for k = fired_low, upto do fired[k] = nil end
+    end
+    fired_low = upto + 1
+  end
+
   function P.save(tick, slot)
     sys.tick = tick
     local sum = store:save(slot, roots, tick, "sim")
     slot_regs[slot] = regs
     if tick == just_first then
       just_first = nil
-      fired[tick - history - 1] = nil
+      forget_fired(tick - history - 1)
       if #waiters > 0 then wake_due = tick end
     end
     return sum
@@ -290,7 +305,10 @@ local function new_group(br)
       local p = pending[k]
       pending[k] = nil
       local done = fired[k]
-      if not done then done = {}; fired[k] = done end
+      if not done then
+        done = {}
+        if k >= fired_low then fired[k] = done end -- older: no load reaches it again
+      end
       for _, key in ipairs(p) do
         if not done[key] then
           done[key] = true
