@@ -742,8 +742,9 @@ local function new_group(br)
   function sim.close()
     if closed then return end
     check_host("sim.close")
+    local ok, err = pcall(br.close, br)
+    if not ok then error((err:gsub("^[^:]*:%d+: ", "")), 2) end -- at the caller
     if wake_item then wake_item:remove(); wake_item = nil end
-    br:close()
     closed = true
     if M.sim == sim then M.sim = nil end
   end

@@ -564,4 +564,26 @@ H.case("effects_of_batched_ticks_are_forgotten_behind_the_history", function()
   sim.close()
 end)
 
+-- sim.close refused during a frame's tick (a task woken at FixedUpdate by
+-- wait_tick) raises at the caller and leaves the group whole: it used to
+-- remove the item that wakes wait_tick tasks before the refusal, so the
+-- other waiters were never woken by frames again, and the message named
+-- a line of sim.lua.
+H.case("a_refused_close_leaves_wait_tick_working", function()
+  local sim = open{tick = 0.01}
+  sim.state("w", {})
+  local err, woke
+  task.spawn(function()
+    task.wait_tick(1)
+    err = select(2, pcall(sim.close))
+  end)
+  task.spawn(function() task.wait_tick(3); woke = sim.tick() end)
+  task.step(0.01)
+  H.has(err, "sim.close: called during a tick of the simulation")
+  H.truthy(not err:find("sim.lua"), "at the caller: " .. err)
+  task.step(0.01); task.step(0.01)
+  H.eq(woke, 3)
+  sim.close()
+end)
+
 H.run()
