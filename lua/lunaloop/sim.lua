@@ -339,12 +339,12 @@ local function new_group(br)
 
   -- ---- the group's functions ----------------------------------------------------
 
-  local function check_open(fname)
-    if closed then error(fname .. ": the simulation was closed", 3) end
+  local function check_open(fname, level)
+    if closed then error(fname .. ": the simulation was closed", level or 3) end
   end
 
   local function check_host(fname)
-    check_open(fname)
+    check_open(fname, 4)
     if cur ~= nil then error(fname .. ": called from a tick callback (roll back between ticks)", 3) end
   end
 

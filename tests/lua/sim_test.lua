@@ -584,6 +584,9 @@ H.case("a_refused_close_leaves_wait_tick_working", function()
   task.step(0.01); task.step(0.01)
   H.eq(woke, 3)
   sim.close()
+  -- a closed group's calls raise at the caller too
+  local ok, e = pcall(sim.step)
+  H.eq({ok, e}, {false, "sim.step: the simulation was closed"})
 end)
 
 H.run()
