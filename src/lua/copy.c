@@ -403,27 +403,38 @@ static const char *skip_value(const char *p) {
   }
 }
 
-/* For the table on top of L: true when it is in the set at `seen`
-   already; else adds it and returns false. */
-static bool mark_seen(lua_State *L, int seen) {
+/* For the live table on top of L, about to be refilled from the table
+   value at `body` (its T_TABLE tag): 0 when this restore has not reached
+   it before (it is now recorded with body); 1 when it has, from bytes
+   equal to body's (a table shared at both keys when the snapshot was
+   taken: it stays shared, and is already filled); 2 when it has, from
+   other bytes (shared only since, or under itself). */
+static int mark_seen(lua_State *L, int seen, const char *body) {
+  const char *first, *end;
   lua_pushvalue(L, -1);
-  if (lua_rawget(L, seen) != LUA_TNIL) {
+  if (lua_rawget(L, seen) == LUA_TLIGHTUSERDATA) {
+    first = (const char *)lua_touserdata(L, -1);
     lua_pop(L, 1);
-    return true;
+    end = skip_value(first);
+    return (size_t)(end - first) == (size_t)(skip_value(body) - body) &&
+                   memcmp(first, body, (size_t)(end - first)) == 0
+               ? 1
+               : 2;
   }
   lua_pop(L, 1);
   lua_pushvalue(L, -1);
-  lua_pushboolean(L, 1);
+  lua_pushlightuserdata(L, (void *)body);
   lua_rawset(L, seen);
-  return false;
+  return 0;
 }
 
 /* Restores the table body at p (just after its T_TABLE tag) into the
    table at dst: see luna__copy_restore. `seen` is the set of live tables
    already refilled by this restore (dst among them): a table reached
    again (at a second key, or under itself: the live tables may have been
-   rearranged since the snapshot) is not refilled twice, the key gets a
-   new table instead. Returns the end of the body. */
+   rearranged since the snapshot) is not refilled twice: the key keeps
+   it when its bytes are the first reach's (shared in the snapshot's state
+   too), else gets a new table. Returns the end of the body. */
 static const char *restore_table(lua_State *L, int dst, const char *p, int classes, int seen) {
   uint32_t n, i, have = 0;
   const char *body;
@@ -441,9 +452,13 @@ static const char *restore_table(lua_State *L, int dst, const char *p, int class
       v += 2;
     }
     if (*v == T_TABLE) {
+      int again;
       lua_pushvalue(L, -1);
-      if (lua_rawget(L, dst) == LUA_TTABLE && !mark_seen(L, seen)) { /* the same table, refilled */
-        p = restore_table(L, lua_gettop(L), v + 1, classes, seen);
+      if (lua_rawget(L, dst) == LUA_TTABLE && (again = mark_seen(L, seen, v)) != 2) {
+        if (again == 0) /* the same table, refilled */
+          p = restore_table(L, lua_gettop(L), v + 1, classes, seen);
+        else /* shared in the snapshot's state too: filled already */
+          p = skip_value(p);
         if (cls != 0)
           set_class(L, classes, cls);
         lua_pop(L, 2);
@@ -501,7 +516,7 @@ int luna__copy_restore(lua_State *L, int idx, const char *data, size_t len, int 
   lua_createtable(L, 0, 16);
   seen = lua_gettop(L);
   lua_pushvalue(L, idx);
-  (void)mark_seen(L, seen);
+  (void)mark_seen(L, seen, p);
   lua_pop(L, 1);
   restore_table(L, idx, p + 1, classes, seen);
   lua_pop(L, 1);

@@ -89,8 +89,10 @@ void luna__copy_decode_classes(lua_State *L, const char *data, size_t len, int c
    valid) and their metatables (class tables get their class's); keys the
    snapshot lacks are removed, other values replaced. A live table reached
    a second time (the same table at two keys, or under itself) is refilled
-   once: the later keys get new tables, so the result equals the snapshot
-   however the live tables were rearranged. Returns 0, or -1 when
+   once: a later key keeps it when the snapshot has the same bytes there
+   (the table was shared when the snapshot was taken), else gets a new
+   table, so the result equals the snapshot however the live tables were
+   rearranged. Returns 0, or -1 when
    data holds no table or idx is not one. May raise (out of memory). */
 int luna__copy_restore(lua_State *L, int idx, const char *data, size_t len, int classes);
 
