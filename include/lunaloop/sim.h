@@ -102,6 +102,10 @@ typedef struct luna_sim luna_sim;
 /* The longest tick: LUNA_CLOCK_MAX / LUNA_SIM_MAX_TICKS_MAX (2^45 ns, about
    9.8 hours), so that a batch's dt_ns always fits. */
 #define LUNA_SIM_TICK_NS_MAX (LUNA_CLOCK_MAX / LUNA_SIM_MAX_TICKS_MAX)
+/* The largest tick luna_sim_import takes (2^62): ticks only grow by
+   stepping from there, so they never wrap (2^62 more ticks at 1 MHz are
+   146,000 years), and every tick fits a Lua integer. */
+#define LUNA_SIM_TICK_MAX (UINT64_C(1) << 62)
 
 /* The catch-up policy: what a frame does with the ticks that are due.
    Every policy first adds the frame's scaled dt times the rate scale to the
@@ -459,8 +463,8 @@ LUNA_API int luna_sim_export(luna_sim *sim, uint64_t tick, luna_sim_write_fn wri
    provider's checksum in *checksum (may be NULL): a client stores the
    server's state for a tick, compares checksums (luna_sim_checksum before)
    and, when they differ, resimulates from it; a save game imports, then
-   loads. 0; LUNA_EINVAL (NULL sim, NULL bytes with len > 0, or bytes the
-   provider cannot read); LUNA_ENOTSUP; LUNA_ESTATE during a tick; the
+   loads. 0; LUNA_EINVAL (NULL sim, NULL bytes with len > 0, a tick above
+   LUNA_SIM_TICK_MAX, or bytes the provider cannot read); LUNA_ENOTSUP; LUNA_ESTATE during a tick; the
    provider's error (the tick is then not held). */
 LUNA_API int luna_sim_import(luna_sim *sim, uint64_t tick, const void *bytes, size_t len,
                              uint64_t *checksum);

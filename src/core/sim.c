@@ -751,7 +751,7 @@ int luna_sim_import(luna_sim *sim, uint64_t tick, const void *bytes, size_t len,
   uint64_t sum = 0;
   if (rc != 0)
     return rc;
-  if (bytes == NULL && len > 0)
+  if ((bytes == NULL && len > 0) || tick > LUNA_SIM_TICK_MAX)
     return LUNA_EINVAL;
   if (sim->ops.import_bytes == NULL)
     return LUNA_ENOTSUP;

@@ -818,6 +818,10 @@ static void a_snapshot_goes_out_and_back_in_as_bytes(void **state) {
   assert_int_equal(luna_sim_import(sim, 101, w.b, 3, NULL), LUNA_EINVAL);
   assert_int_equal(luna_sim_checksum(sim, 101, NULL), LUNA_ENOENT);
   assert_int_equal(luna_sim_import(sim, 102, NULL, 8, NULL), LUNA_EINVAL);
+  /* A tick near UINT64_MAX made the next step wrap: refused above 2^62. */
+  assert_int_equal(luna_sim_import(sim, UINT64_MAX, w.b, w.n, NULL), LUNA_EINVAL);
+  assert_int_equal(luna_sim_import(sim, LUNA_SIM_TICK_MAX + 1, w.b, w.n, NULL), LUNA_EINVAL);
+  assert_int_equal(luna_sim_checksum(sim, UINT64_MAX, NULL), LUNA_ENOENT);
   assert_int_equal(luna_sim_load(sim, 100), 0);
   assert_int_equal(F.x, x7);
   assert_int_equal(luna_sim_tick(sim), 100);
