@@ -210,13 +210,23 @@ local function new_group(br)
   -- again: every tick number from the last call's on (batches skip some,
   -- so clearing one number per tick would leave those), or, after a jump
   -- (an imported future), whatever the table holds up to there.
+  -- Confirm effects of ticks that left the history unconfirmed go too (no
+  -- load reaches those ticks, and a host that never confirms would keep
+  -- them for ever): dropped, never run, and counted (sim.stats().
+  -- effects_expired).
   local fired_low = 0
+  local effects_expired = 0
   local function forget_fired(upto)
     if upto < fired_low then return end
     if upto - fired_low > 1024 then
       for k in pairs(fired) do if k <= upto then fired[k] = nil end end
     else
       for k = fired_low, upto do fired[k] = nil end
+    end
+    if next(pending) ~= nil then
+      for k, p in pairs(pending) do
+        if k <= upto then pending[k] = nil; effects_expired = effects_expired + #p end
+      end
     end
     fired_low = upto + 1
   end
@@ -479,6 +489,7 @@ local function new_group(br)
     check_open("sim.stats")
     local st = br:stats()
     st.first_mismatch = first_mismatch and {tick = first_mismatch.tick, path = first_mismatch.path}
+    st.effects_expired = effects_expired
     return st
   end
 

@@ -573,6 +573,26 @@ H.case("effects_of_batched_ticks_are_forgotten_behind_the_history", function()
   sim.close()
 end)
 
+-- Confirm effects recorded for ticks that are never confirmed were kept
+-- for ever: a host that never calls sim.confirm grew memory by one record a
+-- tick. A tick that leaves the history unconfirmed drops its calls without
+-- running them, and counts them.
+H.case("confirm_effects_of_ticks_that_leave_the_history_unconfirmed_are_dropped_and_counted", function()
+  local sim = open{history = 8}
+  sim.state("w", {})
+  local ran = {}
+  sim.on_tick(function(t)
+    sim.effect("k", {confirm = true}, function(tick) ran[#ran + 1] = tick end, t.tick)
+  end)
+  sim.step(1000)
+  H.eq(#ran, 0, "nothing confirmed, nothing run")
+  H.eq(sim.stats().effects_expired, 991, "ticks 1..991 left the history of 8 behind tick 1000")
+  sim.confirm(1000)
+  H.eq(ran, {992, 993, 994, 995, 996, 997, 998, 999, 1000})
+  H.eq(sim.stats().effects_expired, 991)
+  sim.close()
+end)
+
 -- sim.close refused during a frame's tick (a task woken at FixedUpdate by
 -- wait_tick) raises at the caller and leaves the group whole: it used to
 -- remove the item that wakes wait_tick tasks before the refusal, so the
