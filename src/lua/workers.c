@@ -118,14 +118,15 @@ struct job {
   uint64_t due, seq;
   uint64_t instructions; /* budget; 0: none */
   luna_promise *promise; /* the pool's reference; NULL for posts */
-  char *names;           /* "module\0function\0" */
+  char *names;           /* "module\0function\0": names_in or malloc'ed */
+  char names_in[64];
   const char *fn;
-  char *args;            /* encoded arguments; freed by the worker once decoded */
-  size_t args_len;
+  char *args;            /* encoded arguments (kept with its capacity when recycled) */
+  size_t args_len, args_cap;
   share **shares;        /* the shares the arguments hold (one use each) */
   size_t nshares, shares_cap;
   char *res;             /* OUT_OK: encoded results; OUT_ERR: the message */
-  size_t res_len;
+  size_t res_len, res_cap;
   int worker;
 };
 
@@ -134,7 +135,8 @@ static void job_free(job *j) {
   for (i = 0; i < j->nshares; i++)
     share_unuse(j->shares[i]);
   free(j->shares);
-  free(j->names);
+  if (j->names != j->names_in)
+    free(j->names);
   free(j->args);
   free(j->res);
   free(j);
@@ -160,6 +162,8 @@ typedef struct worker {
   share **cached;       /* shares decoded in W */
   size_t ncached, cached_cap;
   char *error;          /* why the state could not be made (startup) */
+  char *scratch;        /* the copier's buffer for this worker's encodings */
+  size_t scratch_cap;
 } worker;
 
 struct luna_workers {
@@ -199,6 +203,10 @@ struct luna_workers {
   uint64_t seq;
   luna_promise **room;   /* tasks waiting for room, in order */
   size_t nroom, room_cap;
+  job *spare;            /* finished job records kept for reuse (with their buffers) */
+  size_t nspare;
+  char *scratch;         /* the copier's buffer for the loop thread's encodings */
+  size_t scratch_cap;
 };
 
 static void *default_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
@@ -435,14 +443,20 @@ static int add_share(job *j, share *s) {
   return 0;
 }
 
-/* Encodes the n values at first.. of L into *out (malloc'ed). `j` given:
-   Shares among them cross by reference (held by j). The path of value i
-   in messages starts with root_fmt (one %d: i) or, for i == 1 with
-   `root1`, that. Returns LUA_OK, or the status with the message on top of
-   L (nothing allocated). */
+/* The most a kept buffer (a spare job's, a scratch one) may hold on to. */
+#define KEEP_CAP ((size_t)64 * 1024)
+
+/* Encodes the n values at first.. of L into *out, a malloc'ed buffer of
+   *outcap bytes (or NULL, 0) that is reused and grown; *scratch and *scratch_cap
+   the same for the copier's own buffer (kept by the caller's thread for
+   the next call). `j` given: Shares among them cross by reference (held by
+   j). The path of value i in messages starts with root_fmt (one %d: i) or,
+   for i == 1 with `root1`, that. Returns LUA_OK, or the status with the
+   message on top of L (*out still the caller's to free). */
 static int encode_values(lua_State *L, int first, int n, const char *what, const char *root_fmt,
-                         const char *root1, job *j, char **out, size_t *outlen) {
-  obuf b = {NULL, 0, 0};
+                         const char *root1, job *j, char **out, size_t *outlen, size_t *outcap,
+                         char **scratch, size_t *scratch_cap) {
+  obuf b = {*out, 0, *outcap};
   luna__copy_opts o;
   uint32_t count = (uint32_t)n;
   char root[48];
@@ -450,6 +464,8 @@ static int encode_values(lua_State *L, int first, int n, const char *what, const
   first = lua_absindex(L, first);
   memset(&o, 0, sizeof o);
   o.limit = UINT32_MAX;
+  o.buf = *scratch;
+  o.cap = *scratch_cap;
   o.what = what;
   o.context = "between states";
   if (!obuf_put(&b, &count, sizeof count))
@@ -483,16 +499,23 @@ static int encode_values(lua_State *L, int first, int n, const char *what, const
         goto nomem;
     }
   }
-  free(o.buf);
-  *out = b.p;
-  *outlen = b.len;
-  return LUA_OK;
+  st = LUA_OK;
+  goto done;
 nomem:
   lua_pushfstring(L, "%s: not enough memory", what);
   st = LUA_ERRMEM;
 fail:
-  free(o.buf);
-  free(b.p);
+done:
+  if (o.cap > KEEP_CAP) {
+    free(o.buf);
+    o.buf = NULL;
+    o.cap = 0;
+  }
+  *scratch = o.buf;
+  *scratch_cap = o.cap;
+  *out = b.p;
+  *outlen = st == LUA_OK ? b.len : 0;
+  *outcap = b.cap;
   return st;
 }
 
@@ -647,8 +670,6 @@ static int run_protected(lua_State *W) {
                       luaL_typename(W, -1));
   base = lua_gettop(W);
   n = decode_values(W, j->args, w);
-  free(j->args);
-  j->args = NULL;
   if (j->kind == JOB_MAP) {
     /* args: (list, first index): fn(item, index) for each, first results */
     lua_Integer i, len, first;
@@ -675,7 +696,8 @@ static int run_protected(lua_State *W) {
   if (j->kind == JOB_POST)
     return 0;
   snprintf(what, sizeof what, "%s.%s", j->names, j->fn);
-  st = encode_values(W, base + 1, n, what, "result %d", NULL, NULL, &j->res, &j->res_len);
+  st = encode_values(W, base + 1, n, what, "result %d", NULL, NULL, &j->res, &j->res_len,
+                     &j->res_cap, &w->scratch, &w->scratch_cap);
   if (st != LUA_OK)
     return lua_error(W);
   return 0;
@@ -685,6 +707,7 @@ static void set_error(job *j, const char *msg) {
   free(j->res);
   j->res = strdup(msg != NULL ? msg : "(no message)");
   j->res_len = j->res != NULL ? strlen(j->res) : 0;
+  j->res_cap = j->res != NULL ? j->res_len + 1 : 0;
   j->outcome = OUT_ERR;
 }
 
@@ -858,7 +881,70 @@ static int push_closed(lua_State *L, void *data) {
   return lua_error(L);
 }
 
-static void free_job_cb(void *data) { job_free((job *)data); }
+/* The most finished job records a pool keeps for reuse. */
+#define MAX_SPARE 64
+
+/* Ends j, keeping its record and (small) buffers in p's spares for the
+   next job. Loop thread, with p alive. */
+static void job_recycle(luna_workers *p, job *j) {
+  size_t i;
+  char *args, *res;
+  size_t args_cap, res_cap;
+  share **shares;
+  size_t shares_cap;
+  if (p->nspare >= MAX_SPARE) {
+    job_free(j);
+    return;
+  }
+  for (i = 0; i < j->nshares; i++)
+    share_unuse(j->shares[i]);
+  if (j->names != j->names_in)
+    free(j->names);
+  if (j->args_cap > KEEP_CAP) {
+    free(j->args);
+    j->args = NULL;
+    j->args_cap = 0;
+  }
+  if (j->res_cap > KEEP_CAP) {
+    free(j->res);
+    j->res = NULL;
+    j->res_cap = 0;
+  }
+  args = j->args, args_cap = j->args_cap;
+  res = j->res, res_cap = j->res_cap;
+  shares = j->shares, shares_cap = j->shares_cap;
+  memset(j, 0, sizeof *j);
+  j->args = args, j->args_cap = args_cap;
+  j->res = res, j->res_cap = res_cap;
+  j->shares = shares, j->shares_cap = shares_cap;
+  j->next = p->spare;
+  p->spare = j;
+  p->nspare++;
+}
+
+/* A job record for p: a spare one, or a new one (NULL: out of memory). */
+static job *job_take(luna_workers *p) {
+  job *j = p->spare;
+  if (j == NULL)
+    return (job *)calloc(1, sizeof *j);
+  p->spare = j->next;
+  p->nspare--;
+  j->next = NULL;
+  return j;
+}
+
+/* The pool whose deliver() is completing a promise right now (loop
+   thread): the free callback a promise calls then recycles into it; one
+   called later (the pool may be gone) frees. */
+static _Thread_local luna_workers *recycling;
+
+static void free_job_cb(void *data) {
+  job *j = (job *)data;
+  if (recycling != NULL && j->pool == recycling)
+    job_recycle(recycling, j);
+  else
+    job_free(j);
+}
 
 static void report_post_error(luna_workers *p, job *j) {
   lua_State *L;
@@ -881,17 +967,20 @@ static void deliver(luna_workers *p, job *j) {
   if (pr == NULL) {
     if (j->outcome == OUT_ERR)
       report_post_error(p, j);
-    job_free(j);
+    job_recycle(p, j);
     return;
   }
   if (j->outcome == OUT_OK) {
+    luna_workers *outer = recycling;
+    recycling = p;
     if (luna__promise_complete_now(pr, push_results, j, free_job_cb, NULL) != 0)
-      job_free(j);
+      job_recycle(p, j);
+    recycling = outer;
   } else if (j->outcome == OUT_ERR) {
     luna__promise_complete_now(pr, NULL, NULL, NULL, j->res);
-    job_free(j);
+    job_recycle(p, j);
   } else {
-    job_free(j);
+    job_recycle(p, j);
   }
   luna_promise_release(pr);
 }
@@ -1087,6 +1176,8 @@ static void pool_close(luna_workers *p, bool complete) {
     w->cached = NULL;
     free(w->error);
     w->error = NULL;
+    free(w->scratch);
+    w->scratch = NULL;
   }
 }
 
@@ -1097,6 +1188,12 @@ static void pool_free(luna_workers *p) {
   pthread_cond_destroy(&p->work_cv);
   pthread_cond_destroy(&p->done_cv);
   pthread_cond_destroy(&p->ready_cv);
+  while (p->spare != NULL) {
+    job *j = p->spare;
+    p->spare = j->next;
+    job_free(j);
+  }
+  free(p->scratch);
   free(p->room);
   free(p->w);
   free(p->path);
@@ -1498,12 +1595,13 @@ static int l_workers_prepare(lua_State *L) {
   ud = (job_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
   ud->j = NULL;
   luaL_setmetatable(L, JOB_MT);
-  j = (job *)calloc(1, sizeof *j);
+  j = job_take(p);
   if (j == NULL)
     return luaL_error(L, "not enough memory");
   ud->j = j;
-  j->names = (char *)malloc(mlen + flen + 2);
-  if (j->names == NULL)
+  if (mlen + flen + 2 <= sizeof j->names_in)
+    j->names = j->names_in;
+  else if ((j->names = (char *)malloc(mlen + flen + 2)) == NULL)
     return luaL_error(L, "not enough memory");
   memcpy(j->names, mod, mlen + 1);
   memcpy(j->names + mlen + 1, fn, flen + 1);
@@ -1517,7 +1615,8 @@ static int l_workers_prepare(lua_State *L) {
   }
   j->seq = ++p->seq;
   if (encode_values(L, 8, nargs, what, "argument %d", kind == JOB_MAP ? "items" : NULL, j,
-                    &j->args, &j->args_len) != LUA_OK) {
+                    &j->args, &j->args_len, &j->args_cap, &p->scratch,
+                    &p->scratch_cap) != LUA_OK) {
     lua_pushnil(L);
     lua_insert(L, -2);
     return 2;
