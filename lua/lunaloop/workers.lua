@@ -58,25 +58,26 @@ local function open(pool, name, opts, fname)
     instructions = opts and opts.instructions}, Module)
 end
 
--- Hands the job over, awaiting room while the queue is full (a caller that
--- cannot await queues past the limit instead).
-local function hand_over(job)
-  local p, room = submit(job)
+-- Awaits room while the queue is full and hands the job over again (a
+-- caller that cannot await queues past the limit instead): p, room, job
+-- are what workers_prepare returned.
+local function hand_over(p, room, job)
   while p == false do
     await(room)
-    p, room = submit(job)
+    p, room, job = submit(job)
   end
   return p
 end
 
+-- Copies the arguments and hands the job over: workers_prepare's results.
 local function job_of(m, kind, fname, fn, level, ...)
   if type(fn) ~= "string" then
     argerror(kind, 2, "expected a function name (string), got " .. type(fn), level + 1)
   end
-  local job, err = prepare(m.pool, kind, m.name, fn, m.instructions, m.deliver_frame,
+  local p, room, job = prepare(m.pool, kind, m.name, fn, m.instructions, m.deliver_frame,
     m.name .. ":" .. kind, ...)
-  if not job then error(err, level + 1) end
-  return job
+  if p == nil then error(room, level + 1) end
+  return p, room, job
 end
 
 --- ai:call(fn, ...) -> Promise: runs module.fn(...) on a worker with copies

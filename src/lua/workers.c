@@ -204,6 +204,7 @@ struct luna_workers {
   luna_promise **room;   /* tasks waiting for room, in order */
   size_t nroom, room_cap;
   job *spare;            /* finished job records kept for reuse (with their buffers) */
+  job *pending;          /* the job workers_prepare is making (freed if it raised) */
   size_t nspare;
   char *scratch;         /* the copier's buffer for the loop thread's encodings */
   size_t scratch_cap;
@@ -1188,6 +1189,8 @@ static void pool_free(luna_workers *p) {
   pthread_cond_destroy(&p->work_cv);
   pthread_cond_destroy(&p->done_cv);
   pthread_cond_destroy(&p->ready_cv);
+  if (p->pending != NULL)
+    job_free(p->pending);
   while (p->spare != NULL) {
     job *j = p->spare;
     p->spare = j->next;
@@ -1577,9 +1580,14 @@ static int l_job_gc(lua_State *L) {
 
 static const char *const kind_names[] = {"call", "post", "map", NULL};
 
+static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud);
+
 /* workers_prepare(pool, kind, module, fn, instructions, deliver_frame,
-   what, ...) -> Job | nil, message: copies the arguments now (a refusal is
-   returned, for the caller to raise at the user's line). */
+   what, ...) -> Promise | true (a post) | nil, message | false, room, Job:
+   copies the arguments now (a refusal is returned, for the caller to raise
+   at the user's line) and hands the job to the pool as workers_submit
+   does. Only a job that must wait for room gets a Job handle (userdata):
+   the usual call allocates no Lua value but its Promise. */
 static int l_workers_prepare(lua_State *L) {
   luna_workers *p = check_pool(L, 1, true);
   int kind = luaL_checkoption(L, 2, NULL, kind_names);
@@ -1590,15 +1598,15 @@ static int l_workers_prepare(lua_State *L) {
   lua_Integer det = luaL_optinteger(L, 6, 0);
   const char *what = luaL_checkstring(L, 7);
   int nargs = lua_gettop(L) - 7;
-  job_ud *ud;
   job *j;
-  ud = (job_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
-  ud->j = NULL;
-  luaL_setmetatable(L, JOB_MT);
+  if (p->pending != NULL) { /* left by a raise (out of memory) */
+    job_recycle(p, p->pending);
+    p->pending = NULL;
+  }
   j = job_take(p);
   if (j == NULL)
     return luaL_error(L, "not enough memory");
-  ud->j = j;
+  p->pending = j; /* until it is handed over or has a Job handle */
   if (mlen + flen + 2 <= sizeof j->names_in)
     j->names = j->names_in;
   else if ((j->names = (char *)malloc(mlen + flen + 2)) == NULL)
@@ -1617,11 +1625,13 @@ static int l_workers_prepare(lua_State *L) {
   if (encode_values(L, 8, nargs, what, "argument %d", kind == JOB_MAP ? "items" : NULL, j,
                     &j->args, &j->args_len, &j->args_cap, &p->scratch,
                     &p->scratch_cap) != LUA_OK) {
+    p->pending = NULL;
+    job_recycle(p, j);
     lua_pushnil(L);
     lua_insert(L, -2);
     return 2;
   }
-  return 1;
+  return hand_over(L, p, j, NULL);
 }
 
 static void det_insert(luna_workers *p, job *j) {
@@ -1632,25 +1642,39 @@ static void det_insert(luna_workers *p, job *j) {
   *at = j;
 }
 
-/* workers_submit(job) -> Promise | true (a post) | false, room: hands the
-   job to the pool; when the queue is full and the caller is a task that
-   may await, nothing is queued and `room` is a Promise to await before
-   trying again. */
+/* workers_submit(job) -> Promise | true (a post) | false, room, job: hands
+   a job that waited for room to the pool again. */
 static int l_workers_submit(lua_State *L) {
   job_ud *ud = (job_ud *)luaL_checkudata(L, 1, JOB_MT);
   job *j = ud->j;
-  luna_workers *p;
+  if (j == NULL)
+    return luaL_error(L, "task.workers: the job was submitted already");
+  if (j->pool->closed)
+    return luaL_error(L, "task.workers: " CLOSED_MSG);
+  return hand_over(L, j->pool, j, ud);
+}
+
+/* Hands j to the pool: -> Promise | true (a post), or, when the queue is
+   full and the caller is a task that may await, nothing is queued and it
+   returns false, a Promise `room` to await before trying again, and the
+   Job handle (ud, or a new one holding j). j is the pool's pending job
+   (ud NULL) or ud's. */
+static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud) {
   luna_promise *pr = NULL;
   bool full, can_wait;
   int rc;
-  if (j == NULL)
-    return luaL_error(L, "task.workers: the job was submitted already");
-  p = j->pool;
-  if (p->closed)
-    return luaL_error(L, "task.workers: " CLOSED_MSG);
   can_wait = p->b->current != NULL && lua_isyieldable(L);
   full = atomic_load_explicit(&p->queued, memory_order_relaxed) >= p->cap;
   if (full && can_wait) {
+    if (ud == NULL) {
+      ud = (job_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
+      ud->j = NULL;
+      luaL_setmetatable(L, JOB_MT);
+      ud->j = j;
+      p->pending = NULL;
+    } else {
+      lua_pushvalue(L, 1);
+    }
     if (p->nroom == p->room_cap) {
       size_t cap = p->room_cap ? p->room_cap * 2 : 8;
       luna_promise **a = (luna_promise **)realloc(p->room, cap * sizeof *a);
@@ -1668,8 +1692,9 @@ static int l_workers_submit(lua_State *L) {
     p->st.waited++;
     pthread_mutex_unlock(&p->mu);
     lua_pushboolean(L, 0);
-    lua_insert(L, -2);
-    return 2;
+    lua_rotate(L, -3, 1); /* false, job, room */
+    lua_insert(L, -2);    /* false, room, job */
+    return 3;
   }
   if (j->kind != JOB_POST) {
     rc = luna_lua_promise_new(L, LUNA_UPDATE, &pr);
@@ -1692,7 +1717,10 @@ static int l_workers_submit(lua_State *L) {
       return luaL_error(L, "not enough memory");
     }
   }
-  ud->j = NULL;
+  if (ud != NULL)
+    ud->j = NULL;
+  else
+    p->pending = NULL;
   pthread_mutex_lock(&p->mu);
   if (p->qtail != NULL)
     p->qtail->next = j;
