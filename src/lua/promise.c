@@ -188,6 +188,7 @@ struct luna__pud {
   luna__binding *b;
   hub *hub;
   uint8_t status;   /* pstatus */
+  uint8_t shape;    /* P_DONE: how uservalue 1 holds the values (SHAPE_*) */
   uint32_t ndirect; /* tasks in task.await(p), not combinator watchers */
   luna__pud *prev, *next; /* the hub's pending list */
 };
@@ -288,6 +289,11 @@ static bool push_ud(lua_State *L, luna__pud *pud) {
   return true;
 }
 
+/* How a fulfilled Promise keeps its values in uservalue 1: a table with n
+   (any count), the one value itself, or nothing (no values): the usual
+   one or none cost no table. */
+enum { SHAPE_TABLE, SHAPE_ONE, SHAPE_NONE };
+
 /* Pushes what awaiting a settled promise gives: its values (returns their
    count) or its error (returns 1). */
 static int push_outcome(lua_State *L, int ud, luna__pud *pud) {
@@ -296,8 +302,10 @@ static int push_outcome(lua_State *L, int ud, luna__pud *pud) {
     luna__push_cancel_error(L);
     return 1;
   }
+  if (pud->status == P_DONE && pud->shape == SHAPE_NONE)
+    return 0;
   lua_getiuservalue(L, ud, 1);
-  if (pud->status == P_FAILED)
+  if (pud->status == P_FAILED || pud->shape == SHAPE_ONE)
     return 1;
   lua_getfield(L, -1, "n");
   n = lua_tointeger(L, -1);
@@ -318,16 +326,19 @@ static int push_outcome(lua_State *L, int ud, luna__pud *pud) {
 static void wake_waiters(lua_State *L, int ud, luna__pud *pud, bool memerr) {
   luna__binding *b = pud->b;
   lua_Integer i, n;
-  int list;
-  if (lua_getiuservalue(L, ud, 2) != LUA_TTABLE) {
+  int list, type = lua_getiuservalue(L, ud, 2);
+  if (type == LUA_TNIL) {
     lua_pop(L, 1);
     return;
   }
   list = lua_gettop(L);
-  n = (lua_Integer)lua_rawlen(L, list);
+  n = type == LUA_TTABLE ? (lua_Integer)lua_rawlen(L, list) : 1; /* else one task itself */
   for (i = 1; i <= n; i++) {
     luna__task *t;
-    lua_rawgeti(L, list, i);
+    if (type == LUA_TTABLE)
+      lua_rawgeti(L, list, i);
+    else
+      lua_pushvalue(L, list);
     t = luna__test_task(L, -1);
     lua_pop(L, 1);
     if (t != NULL && t->state == LUNA__SUSPENDED && t->wait == LUNA__W_EXTERNAL) {
@@ -362,8 +373,8 @@ static int wake_protected(lua_State *L) {
 }
 
 /* Builds the outcome of a completion, in protected mode: (p) -> the
-   rejection's message, or a table of the values the host's push callback
-   pushed (with n). Raises what the push callback raised, or a memory error:
+   rejection's message, or the values the host's push callback pushed as
+   SHAPE_* says, and that shape. Raises what the push callback raised, or a memory error:
    either is then the outcome, a failure. */
 static int build_outcome(lua_State *L) {
   luna_promise *p = (luna_promise *)lua_touserdata(L, 1);
@@ -371,7 +382,8 @@ static int build_outcome(lua_State *L) {
   lua_settop(L, 1);
   if (p->reject) {
     lua_pushstring(L, p->message);
-    return 1;
+    lua_pushinteger(L, SHAPE_TABLE);
+    return 2;
   }
   if (p->push != NULL) {
     n = p->push(L, p->data);
@@ -380,13 +392,21 @@ static int build_outcome(lua_State *L) {
                         lua_gettop(L) - 1);
     lua_settop(L, n + 1);
   }
+  if (n <= 1) {
+    if (n == 0)
+      lua_pushnil(L);
+    lua_pushinteger(L, n == 0 ? SHAPE_NONE : SHAPE_ONE);
+    return 2;
+  }
   lua_createtable(L, n, 1);
   lua_insert(L, 2);
   for (i = n; i >= 1; i--)
     lua_rawseti(L, 2, i);
   lua_pushinteger(L, n);
   lua_setfield(L, 2, "n");
-  return 1;
+  lua_settop(L, 2);
+  lua_pushinteger(L, SHAPE_TABLE);
+  return 2;
 }
 
 /* The completion arrived (loop thread, at the promise's timing): store the
@@ -407,8 +427,13 @@ static void settle(luna__pud *pud) {
   ud = lua_gettop(L);
   lua_pushcfunction(L, build_outcome);
   lua_pushlightuserdata(L, p);
-  st = lua_pcall(L, 1, 1, 0);
+  st = lua_pcall(L, 1, 2, 0);
   pud->status = st == LUA_OK && !p->reject ? P_DONE : P_FAILED;
+  pud->shape = SHAPE_TABLE;
+  if (st == LUA_OK) {
+    pud->shape = (uint8_t)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+  }
   lua_setiuservalue(L, ud, 1);
   discard_payload(p);
   let_go(pud, false);
@@ -520,11 +545,21 @@ static hub *get_hub(lua_State *L, luna__binding *b) {
 
 /* ---- awaiting ------------------------------------------------------------------------ */
 
-/* Appends t to the awaiters of the Promise at ud. */
+/* Appends t to the awaiters of the Promise at ud. They are kept in its
+   uservalue 2: nothing, one task itself (the usual case: no table), or a
+   list of them. */
 static void add_waiter(lua_State *L, int ud, luna__task *t) {
-  if (lua_getiuservalue(L, ud, 2) != LUA_TTABLE) {
+  int type = lua_getiuservalue(L, ud, 2);
+  if (type == LUA_TNIL) {
     lua_pop(L, 1);
-    lua_createtable(L, 1, 0);
+    luna__push_task(L, t);
+    lua_setiuservalue(L, ud, 2);
+    return;
+  }
+  if (type != LUA_TTABLE) { /* the one listed so far becomes a list */
+    lua_createtable(L, 2, 0);
+    lua_insert(L, -2);
+    lua_rawseti(L, -2, 1);
     lua_pushvalue(L, -1);
     lua_setiuservalue(L, ud, 2);
   }
@@ -538,7 +573,17 @@ static void add_waiter(lua_State *L, int ud, luna__task *t) {
 static bool remove_waiter(lua_State *L, int ud, luna__task *t) {
   lua_Integer i, j, n;
   bool found = false;
-  if (lua_getiuservalue(L, ud, 2) == LUA_TTABLE) {
+  int type = lua_getiuservalue(L, ud, 2);
+  if (type != LUA_TNIL && type != LUA_TTABLE) {
+    found = luna__test_task(L, -1) == t;
+    lua_pop(L, 1);
+    if (found) {
+      lua_pushnil(L);
+      lua_setiuservalue(L, ud, 2);
+    }
+    return found;
+  }
+  if (type == LUA_TTABLE) {
     n = (lua_Integer)lua_rawlen(L, -1);
     for (i = 1; i <= n && !found; i++) {
       lua_rawgeti(L, -1, i);
