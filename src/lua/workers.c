@@ -396,7 +396,8 @@ static void worker_decode_special(lua_State *W, uint64_t token, void *ud) {
 
 /* A list of values (a job's arguments, its results) as bytes: a uint32
    count, then for each value either 'V', a uint32 length and the copier's
-   encoding (copy.h), or 'S' and a share's pointer. A Share crosses this
+   encoding (copy.h), 'T', a uint32 length and a string's bytes, or 'S'
+   and a share's pointer. A Share crosses this
    way only as a value of the list itself (an argument), not inside a
    table: the copier refuses userdata. */
 typedef struct obuf {
@@ -486,6 +487,18 @@ static int encode_values(lua_State *L, int first, int n, const char *what, const
       st = LUA_ERRRUN;
       goto fail;
     }
+    if (lua_type(L, idx) == LUA_TSTRING) {
+      /* a string as itself: one copy in, and the receiver's
+         lua_pushlstring straight from the bytes (no copier framing) */
+      size_t slen;
+      const char *str = lua_tolstring(L, idx, &slen);
+      if (slen <= UINT32_MAX) {
+        uint32_t len = (uint32_t)slen;
+        if (!obuf_put(&b, "T", 1) || !obuf_put(&b, &len, sizeof len) || !obuf_put(&b, str, slen))
+          goto nomem;
+        continue;
+      }
+    }
     if (i == 0 && root1 != NULL)
       snprintf(root, sizeof root, "%s", root1);
     else
@@ -538,6 +551,12 @@ static int decode_values(lua_State *L, const char *p, worker *w) {
         worker_decode_special(L, token, w);
       else
         lua_pushnil(L);
+    } else if (p[-1] == 'T') {
+      uint32_t len;
+      memcpy(&len, p, sizeof len);
+      p += sizeof len;
+      lua_pushlstring(L, p, len);
+      p += len;
     } else {
       uint32_t len;
       memcpy(&len, p, sizeof len);
