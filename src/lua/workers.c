@@ -205,6 +205,7 @@ struct luna_workers {
   size_t nroom, room_cap;
   job *spare;            /* finished job records kept for reuse (with their buffers) */
   job *pending;          /* the job workers_prepare is making (freed if it raised) */
+  size_t kept_big;       /* bytes of the spares' buffers above KEEP_CAP (<= KEEP_BIG) */
   size_t nspare;
   char *scratch;         /* the copier's buffer for the loop thread's encodings */
   size_t scratch_cap;
@@ -901,8 +902,15 @@ static int push_closed(lua_State *L, void *data) {
   return lua_error(L);
 }
 
-/* The most finished job records a pool keeps for reuse. */
+/* The most finished job records a pool keeps for reuse, and the most bytes
+   their buffers larger than KEEP_CAP may hold together (a large payload's
+   next call then reuses them instead of faulting in fresh pages). */
 #define MAX_SPARE 64
+#define KEEP_BIG ((size_t)8 * 1024 * 1024)
+
+static size_t big_bytes(const job *j) {
+  return (j->args_cap > KEEP_CAP ? j->args_cap : 0) + (j->res_cap > KEEP_CAP ? j->res_cap : 0);
+}
 
 /* Ends j, keeping its record and (small) buffers in p's spares for the
    next job. Loop thread, with p alive. */
@@ -920,16 +928,19 @@ static void job_recycle(luna_workers *p, job *j) {
     share_unuse(j->shares[i]);
   if (j->names != j->names_in)
     free(j->names);
-  if (j->args_cap > KEEP_CAP) {
-    free(j->args);
-    j->args = NULL;
-    j->args_cap = 0;
+  if (p->kept_big + big_bytes(j) > KEEP_BIG) {
+    if (j->args_cap > KEEP_CAP) {
+      free(j->args);
+      j->args = NULL;
+      j->args_cap = 0;
+    }
+    if (j->res_cap > KEEP_CAP) {
+      free(j->res);
+      j->res = NULL;
+      j->res_cap = 0;
+    }
   }
-  if (j->res_cap > KEEP_CAP) {
-    free(j->res);
-    j->res = NULL;
-    j->res_cap = 0;
-  }
+  p->kept_big += big_bytes(j);
   args = j->args, args_cap = j->args_cap;
   res = j->res, res_cap = j->res_cap;
   shares = j->shares, shares_cap = j->shares_cap;
@@ -949,6 +960,7 @@ static job *job_take(luna_workers *p) {
     return (job *)calloc(1, sizeof *j);
   p->spare = j->next;
   p->nspare--;
+  p->kept_big -= big_bytes(j);
   j->next = NULL;
   return j;
 }
