@@ -22,6 +22,26 @@ static luna_ns virtual_realtime(void *ud) {
   return luna_loop_time((luna_loop *)ud, LUNA_CLOCK_UNSCALED);
 }
 
+/* The state's allocator, wrapped to count (as the bench's counter does:
+   every call that asks for more bytes than the block had). */
+static lua_Alloc base_alloc;
+static void *base_ud;
+static long alloc_calls;
+
+static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  (void)ud;
+  if (nsize > (ptr == NULL ? 0 : osize))
+    alloc_calls++;
+  return base_alloc(base_ud, ptr, osize, nsize);
+}
+
+/* testhost.allocs() -> integer: the state's allocations so far (the loop
+   thread's; worker states have allocators of their own). */
+static int l_allocs(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)alloc_calls);
+  return 1;
+}
+
 /* testhost.reset(): luna_loop_reset, as a host does after a reload. */
 static int l_reset(lua_State *L) {
   lua_pushinteger(L, luna_loop_reset(loop));
@@ -95,6 +115,7 @@ static const luaL_Reg testhost[] = {
     {"callback_count", l_callback_count}, {"error_count", l_error_count},
     {"fixed_dt", l_fixed_dt},   {"timing", l_timing},
     {"spawn_c", l_spawn_c},     {"fake_cost", l_fake_cost},
+    {"allocs", l_allocs},
     {NULL, NULL}};
 
 int main(int argc, char **argv) {
@@ -109,6 +130,8 @@ int main(int argc, char **argv) {
     return 2;
   luna_loop_set_realtime_source(loop, virtual_realtime, loop);
   L = luaL_newstate();
+  base_alloc = lua_getallocf(L, &base_ud);
+  lua_setallocf(L, counting_alloc, NULL);
   luaL_openlibs(L);
   if (luna_lua_attach(L, loop) != 0)
     return 2;

@@ -292,6 +292,56 @@ H.case("closing a pool with pending jobs gives every awaiting task the cancellat
   H.eq(p2:stats().closed, true)
 end)
 
+H.case("a warm call allocates nothing on the loop thread but its Promise", function()
+  -- 10,000 calls warm the pool's spare job records and buffers; then each
+  -- empty call and its await make exactly one Lua allocation: the Promise
+  -- the script receives (no Job handle, no outcome table, no awaiter list)
+  local per_call, per_int
+  in_task(function()
+    for _ = 1, 10000 do task.await(job:call("nothing")) end
+    local n = 1000
+    local a0 = testhost.allocs()
+    for _ = 1, n do task.await(job:call("nothing")) end
+    per_call = (testhost.allocs() - a0) / n
+    a0 = testhost.allocs()
+    for i = 1, n do task.await(job:call("echo", i)) end -- one integer back: no table either
+    per_int = (testhost.allocs() - a0) / n
+  end)
+  H.eq(per_call, 1.0, "Lua allocations per empty call")
+  H.eq(per_int, 1.0, "Lua allocations per call returning an integer")
+end)
+
+H.case("reused job records never alias: given-up calls, then live ones get their own results", function()
+  -- promises dropped unawaited (their jobs still run or are dropped) and
+  -- collected; the records and buffers come back to the pool's spares
+  in_task(function()
+    for i = 1, 300 do job:call("echo", i, string.rep("g", i * 500)) end
+  end)
+  collectgarbage()
+  collectgarbage()
+  local ok, bad = in_task(function()
+    local ps, strs = {}, {}
+    for i = 1, 300 do
+      strs[i] = string.rep(string.char(65 + i % 26), i * 500) -- up to 150 KB: kept big buffers
+      ps[i] = job:call("echo", i, strs[i], {i})
+    end
+    for i = 1, 300 do
+      local n, s, t = task.await(ps[i])
+      if n ~= i or s ~= strs[i] or t[1] ~= i then return "call " .. i .. " got " .. tostring(n) end
+    end
+    return nil
+  end)
+  H.eq(ok, true)
+  H.eq(bad, nil)
+end)
+
+H.case("a string argument crosses as its bytes: binary, empty and large ones intact", function()
+  local big = string.rep("\0\1\255xyz", 200000) -- 1.2 MB
+  H.eq({in_task(function() return task.await(job:call("echo", "", "\0", big)) end)},
+    {true, "", "\0", big})
+  H.eq({in_task(function() return task.await(job:call("len", {big, "a"})) end)}, {true, 2, 2})
+end)
+
 H.case("task.worker.id names the worker; the default pool is the first", function()
   local ok, id = in_task(function() return task.await(job:call("id")) end)
   H.truthy(id == 1 or id == 2)
