@@ -902,10 +902,12 @@ static int push_closed(lua_State *L, void *data) {
   return lua_error(L);
 }
 
-/* The most finished job records a pool keeps for reuse, and the most bytes
+/* The most finished job records a pool keeps for reuse (enough for a full
+   queue and a job on each worker: pipelined calls then make none), and
+   the most bytes
    their buffers larger than KEEP_CAP may hold together (a large payload's
    next call then reuses them instead of faulting in fresh pages). */
-#define MAX_SPARE 64
+#define MAX_SPARE 1024
 #define KEEP_BIG ((size_t)8 * 1024 * 1024)
 
 static size_t big_bytes(const job *j) {
@@ -920,7 +922,7 @@ static void job_recycle(luna_workers *p, job *j) {
   size_t args_cap, res_cap;
   share **shares;
   size_t shares_cap;
-  if (p->nspare >= MAX_SPARE) {
+  if (p->nspare >= MAX_SPARE || p->nspare >= p->cap + (size_t)p->nthreads + 64) {
     job_free(j);
     return;
   }
