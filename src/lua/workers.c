@@ -204,7 +204,9 @@ struct luna_workers {
   luna_promise **room;   /* tasks waiting for room, in order */
   size_t nroom, room_cap;
   job *spare;            /* finished job records kept for reuse (with their buffers) */
-  job *pending;          /* the job workers_prepare is making (freed if it raised) */
+  job *pending;          /* jobs workers_prepare is making, linked by next: one
+                            an allocation's raise left there is reclaimed at
+                            the next bell (no prepare runs then) or at free */
   size_t kept_big;       /* bytes of the spares' buffers above KEEP_CAP (<= KEEP_BIG) */
   size_t nspare;
   char *scratch;         /* the copier's buffer for the loop thread's encodings */
@@ -1056,6 +1058,11 @@ static void bell_cb(luna_loop *loop, void *arg) {
     pool_maybe_free(p);
     return;
   }
+  while (p->pending != NULL) { /* left by a raise in workers_prepare */
+    job *j = p->pending;
+    p->pending = j->next;
+    job_recycle(p, j);
+  }
   while (list != NULL) {
     job *j = list;
     list = j->next;
@@ -1222,8 +1229,11 @@ static void pool_free(luna_workers *p) {
   pthread_cond_destroy(&p->work_cv);
   pthread_cond_destroy(&p->done_cv);
   pthread_cond_destroy(&p->ready_cv);
-  if (p->pending != NULL)
-    job_free(p->pending);
+  while (p->pending != NULL) {
+    job *j = p->pending;
+    p->pending = j->next;
+    job_free(j);
+  }
   while (p->spare != NULL) {
     job *j = p->spare;
     p->spare = j->next;
@@ -1615,6 +1625,15 @@ static const char *const kind_names[] = {"call", "post", "map", NULL};
 
 static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud);
 
+/* Takes j off p's pending list. */
+static void unpend(luna_workers *p, job *j) {
+  job **at = &p->pending;
+  while (*at != j)
+    at = &(*at)->next;
+  *at = j->next;
+  j->next = NULL;
+}
+
 /* workers_prepare(pool, kind, module, fn, instructions, deliver_frame,
    what, ...) -> Promise | true (a post) | nil, message | false, room, Job:
    copies the arguments now (a refusal is returned, for the caller to raise
@@ -1632,14 +1651,13 @@ static int l_workers_prepare(lua_State *L) {
   const char *what = luaL_checkstring(L, 7);
   int nargs = lua_gettop(L) - 7;
   job *j;
-  if (p->pending != NULL) { /* left by a raise (out of memory) */
-    job_recycle(p, p->pending);
-    p->pending = NULL;
-  }
   j = job_take(p);
   if (j == NULL)
     return luaL_error(L, "not enough memory");
-  p->pending = j; /* until it is handed over or has a Job handle */
+  /* pending until it is handed over or has a Job handle (a finalizer
+     that runs during the copy may make a job of its own meanwhile) */
+  j->next = p->pending;
+  p->pending = j;
   if (mlen + flen + 2 <= sizeof j->names_in)
     j->names = j->names_in;
   else if ((j->names = (char *)malloc(mlen + flen + 2)) == NULL)
@@ -1658,7 +1676,7 @@ static int l_workers_prepare(lua_State *L) {
   if (encode_values(L, 8, nargs, what, "argument %d", kind == JOB_MAP ? "items" : NULL, j,
                     &j->args, &j->args_len, &j->args_cap, &p->scratch,
                     &p->scratch_cap) != LUA_OK) {
-    p->pending = NULL;
+    unpend(p, j);
     job_recycle(p, j);
     lua_pushnil(L);
     lua_insert(L, -2);
@@ -1704,7 +1722,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud) {
       ud->j = NULL;
       luaL_setmetatable(L, JOB_MT);
       ud->j = j;
-      p->pending = NULL;
+      unpend(p, j);
     } else {
       lua_pushvalue(L, 1);
     }
@@ -1753,7 +1771,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud) {
   if (ud != NULL)
     ud->j = NULL;
   else
-    p->pending = NULL;
+    unpend(p, j);
   pthread_mutex_lock(&p->mu);
   if (p->qtail != NULL)
     p->qtail->next = j;

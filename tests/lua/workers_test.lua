@@ -307,8 +307,10 @@ H.case("a warm call allocates nothing on the loop thread but its Promise", funct
     for i = 1, n do task.await(job:call("echo", i)) end -- one integer back: no table either
     per_int = (testhost.allocs() - a0) / n
   end)
-  H.eq(per_call, 1.0, "Lua allocations per empty call")
-  H.eq(per_int, 1.0, "Lua allocations per call returning an integer")
+  -- 1.0 each, give or take a one-off growth of the state's own structures
+  -- (a stack, the string table) somewhere in the 1,000 calls: not per call
+  H.truthy(per_call >= 1.0 and per_call < 1.01, "Lua allocations per empty call: " .. per_call)
+  H.truthy(per_int >= 1.0 and per_int < 1.01, "Lua allocations per call returning an integer: " .. per_int)
 end)
 
 H.case("reused job records never alias: given-up calls, then live ones get their own results", function()
@@ -333,6 +335,36 @@ H.case("reused job records never alias: given-up calls, then live ones get their
   end)
   H.eq(ok, true)
   H.eq(bad, nil)
+end)
+
+H.case("a finalizer that calls during another call's copy gets its own job", function()
+  -- the collector runs all the time, so finalizers run inside the calls'
+  -- allocations (the copy of nested tables, the Promise); each
+  -- finalizer makes a call of its own while the outer job is being made
+  local inner = {}
+  local ok, bad = in_task(function()
+    collectgarbage("incremental", 1, 1000)
+    local ps = {}
+    for i = 1, 200 do
+      setmetatable({}, {__gc = function() inner[#inner + 1] = job:call("echo", -i) end})
+      local t = {i, {i, {i, "x"}}}
+      ps[i] = job:call("echo", i, t)
+    end
+    collectgarbage("incremental", 200, 100)
+    collectgarbage()
+    for i = 1, 200 do
+      local n, t = task.await(ps[i])
+      if n ~= i or t[1] ~= i or t[2][2][1] ~= i then return "call " .. i end
+    end
+    for k = 1, #inner do
+      local n = task.await(inner[k])
+      if type(n) ~= "number" or n >= 0 then return "inner " .. k end
+    end
+    return nil
+  end)
+  H.eq(bad, nil, tostring(ok) .. " " .. tostring(bad))
+  H.eq(ok, true)
+  H.truthy(#inner > 0, "some finalizers ran: " .. #inner)
 end)
 
 H.case("a string argument crosses as its bytes: binary, empty and large ones intact", function()
