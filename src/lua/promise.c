@@ -782,51 +782,14 @@ LUNA_API int luna_promise_on_cancel(luna_promise *p, luna_promise_cancel_fn fn, 
   return 0;
 }
 
-LUNA_API int luna_promise_resolve(luna_promise *p, luna_promise_push_fn push, void *data,
-                                  luna_promise_free_fn free_data) {
-  long found;
-  if (!valid(p))
-    return LUNA_EINVAL;
-  found = claim(p);
-  if (found < 0)
-    return LUNA_EALREADY;
-  p->push = push;
-  p->data = data;
-  p->free_data = free_data;
-  return publish(p, (unsigned)found);
-}
-
-LUNA_API int luna_promise_reject(luna_promise *p, const char *message) {
-  size_t len;
-  char *copy;
-  long found;
-  int rc;
-  if (!valid(p) || message == NULL)
-    return LUNA_EINVAL;
-  len = strlen(message);
-  copy = (char *)malloc(len + 1);
-  if (copy == NULL)
-    return LUNA_ENOMEM;
-  memcpy(copy, message, len + 1);
-  found = claim(p);
-  if (found < 0) {
-    free(copy);
-    return LUNA_EALREADY;
-  }
-  p->reject = true;
-  p->message = copy;
-  rc = publish(p, (unsigned)found);
-  if (rc != 0)
-    free(copy);
-  return rc;
-}
-
-int luna__promise_complete_now(luna_promise *p, luna_promise_push_fn push, void *data,
-                               luna_promise_free_fn free_data, const char *message) {
+/* Claims p and stores its outcome: a copy of `message` (a rejection) when
+   it is not NULL, else the result (push, data, free_data); the state p was
+   found in goes to *found. 0, LUNA_ENOMEM (the copy; nothing claimed) or
+   LUNA_EALREADY (completed already; nothing stored). */
+static int take(luna_promise *p, luna_promise_push_fn push, void *data,
+                luna_promise_free_fn free_data, const char *message, unsigned *found) {
   char *copy = NULL;
-  long found;
-  if (!valid(p))
-    return LUNA_EINVAL;
+  long st;
   if (message != NULL) {
     size_t len = strlen(message);
     copy = (char *)malloc(len + 1);
@@ -834,8 +797,8 @@ int luna__promise_complete_now(luna_promise *p, luna_promise_push_fn push, void 
       return LUNA_ENOMEM;
     memcpy(copy, message, len + 1);
   }
-  found = claim(p);
-  if (found < 0) {
+  st = claim(p);
+  if (st < 0) {
     free(copy);
     return LUNA_EALREADY;
   }
@@ -847,7 +810,46 @@ int luna__promise_complete_now(luna_promise *p, luna_promise_push_fn push, void 
     p->data = data;
     p->free_data = free_data;
   }
-  if ((unsigned)found & ST_GIVEN_UP) {
+  *found = (unsigned)st;
+  return 0;
+}
+
+LUNA_API int luna_promise_resolve(luna_promise *p, luna_promise_push_fn push, void *data,
+                                  luna_promise_free_fn free_data) {
+  unsigned found;
+  int rc;
+  if (!valid(p))
+    return LUNA_EINVAL;
+  rc = take(p, push, data, free_data, NULL, &found);
+  return rc != 0 ? rc : publish(p, found);
+}
+
+LUNA_API int luna_promise_reject(luna_promise *p, const char *message) {
+  unsigned found;
+  char *copy;
+  int rc;
+  if (!valid(p) || message == NULL)
+    return LUNA_EINVAL;
+  rc = take(p, NULL, NULL, NULL, message, &found);
+  if (rc != 0)
+    return rc;
+  copy = p->message; /* publish forgets it when it cannot post */
+  rc = publish(p, found);
+  if (rc != 0)
+    free(copy);
+  return rc;
+}
+
+int luna__promise_complete_now(luna_promise *p, luna_promise_push_fn push, void *data,
+                               luna_promise_free_fn free_data, const char *message) {
+  unsigned found;
+  int rc;
+  if (!valid(p))
+    return LUNA_EINVAL;
+  rc = take(p, push, data, free_data, message, &found);
+  if (rc != 0)
+    return rc;
+  if (found & ST_GIVEN_UP) {
     discard_payload(p);
     return 0;
   }
