@@ -157,7 +157,7 @@ end
 
 -- W8_frames: frame stability (C.W8) through task.yield, task.delay and
 -- task.wait_until. impl "lunaloop_paced" turns on the collector's pacing
--- after the warm frames (task.gc: incremental steps under a 4 ms budget, or
+-- after the warm frames (task.gc: incremental steps under an 8 ms budget, or
 -- LUNA_W8_BUDGET seconds, at
 -- LastTimeUpdate, the automatic collector stopped, a ceiling of 4x the
 -- live bytes then); without task.gc it prints "pacing: not available" and
@@ -171,7 +171,7 @@ function W.W8_frames(n)
   local function pace()
     C.collect()
     local ceiling = 4 * bench.mem()
-    task.gc{budget = tonumber(os.getenv("LUNA_W8_BUDGET")) or 0.004, timing = "LastTimeUpdate", stop_auto = true, ceiling = ceiling}
+    task.gc{budget = tonumber(os.getenv("LUNA_W8_BUDGET")) or 0.008, timing = "LastTimeUpdate", stop_auto = true, ceiling = ceiling}
     return string.format(" ceiling_bytes=%d", ceiling)
   end
   local mean = C.W8(n, {spawn = task.spawn, yield = task.yield, delay = task.delay,

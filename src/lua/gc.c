@@ -22,10 +22,15 @@
 #include "lunaloop/extension.h"
 #include "lunaloop_lua.h"
 
-/* Lua's default pause (LUAI_GCPAUSE): with the automatic collector
-   stopped, a new cycle begins once the heap has grown to this percentage
-   of what the last cycle left, as Lua itself would begin one. */
-#define PAUSE_PERCENT 200
+/* With the automatic collector stopped, a new cycle begins as soon as the
+   heap has grown by this much since the last one ended: the collector then
+   works through cycles back to back, a budget's worth a frame, as long as
+   the state allocates (as Unity's incremental collector uses each frame's
+   time slice). Waiting for Lua's own pause (the heap at twice what the last
+   cycle left) let the heap pass a ceiling of four times the live bytes
+   before the cycle begun then could end, and the ceiling's full collection
+   was the run's longest frame (W8, performance.md). */
+#define CYCLE_MIN_BYTES ((size_t)64 * 1024)
 /* With the automatic collector running, the pacer begins its cycle
    earlier than Lua would, so that the cycle's work lands in paced steps
    rather than in the automatic steps of the next frame's allocations. */
@@ -147,14 +152,24 @@ static luna_ns timed_step(luna__gc_member *m, luna_ns t0) {
     m->minor_cost = t1 - t0;
     m->minor_base = bytes_of(L);
     m->requests = 0; /* a minor collection is all a request gets there */
-  } else if (ended) {
-    m->st.cycles++;
-    m->in_cycle = false;
-    m->live = bytes_of(L);
-    if (m->requests > 0)
-      m->requests--;
   } else {
-    m->in_cycle = true;
+    /* The live set: what is in use when a cycle ends counts the objects
+       made during the cycle too, which it could not collect; measured
+       there, the next cycle began at twice that and the heap went past
+       the ceiling before it ended (W8). The least in use between the
+       cycle's steps, near the end of its sweep, is much closer. */
+    size_t used = bytes_of(L);
+    if (!m->in_cycle || used < m->cycle_low)
+      m->cycle_low = used;
+    if (ended) {
+      m->st.cycles++;
+      m->in_cycle = false;
+      m->live = m->cycle_low;
+      if (m->requests > 0)
+        m->requests--;
+    } else {
+      m->in_cycle = true;
+    }
   }
   return t1;
 }
@@ -162,9 +177,13 @@ static luna_ns timed_step(luna__gc_member *m, luna_ns t0) {
 /* Whether an incremental member has collector work worth doing now: a
    cycle under way, a request, or a heap grown enough to begin one. */
 static bool cycle_due(luna__gc_member *m, const luna_lua_gc_options *o) {
-  size_t percent = o != NULL && o->stop_auto ? PAUSE_PERCENT : AHEAD_PERCENT;
-  return m->in_cycle || m->requests > 0 ||
-         bytes_of(member_state(m)) / percent >= m->live / 100;
+  size_t used;
+  if (m->in_cycle || m->requests > 0)
+    return true;
+  used = bytes_of(member_state(m));
+  if (o != NULL && o->stop_auto)
+    return used >= m->live + CYCLE_MIN_BYTES;
+  return used / AHEAD_PERCENT >= m->live / 100;
 }
 
 /* Generational: whether a minor collection is due, and whether it is

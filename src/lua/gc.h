@@ -29,7 +29,9 @@ typedef struct luna__gc_member {
                                  not collected again until back below it */
   bool reported;              /* the ceiling's report was written */
   int requests;               /* cycle ends still owed to full-collect requests */
-  size_t live;                /* bytes in use when the last cycle ended */
+  size_t live;                /* the live bytes of the last cycle: the least
+                                 in use between its steps (see timed_step) */
+  size_t cycle_low;           /* the least in use between this cycle's steps */
   size_t mark;                /* bytes in use when the last pace ended */
   size_t minor_base;          /* generational: bytes after the last minor one */
   luna_ns minor_cost;         /* generational: what the last minor one cost */

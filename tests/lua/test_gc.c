@@ -175,6 +175,33 @@ static void paced_frames_stay_in_budget_and_cycles_complete(void **state) {
   world_close(&w);
 }
 
+/* With stop_auto, a cycle begins as soon as the heap has grown by 64 KB
+   since the last one ended, not once it has doubled as Lua's own pause
+   would have it: waiting for that, with most of a frame's garbage made
+   while the cycle ran, let the heap pass a ceiling of four times the live
+   bytes before the cycle could end (W8). A state that allocates nothing
+   begins no cycle. */
+static void stop_auto_begins_the_next_cycle_once_the_heap_grew(void **state) {
+  world w;
+  luna_lua_gc_options o = {0};
+  uint64_t c0;
+  (void)state;
+  world_open(&w);
+  o.budget = 100000 * US; /* far more than a cycle of this heap takes */
+  o.stop_auto = true;
+  assert_int_equal(luna_lua_gc_set(w.L, &o), 0);
+  frames(&w, 3);
+  c0 = stats_of(w.L).cycles;
+  frames(&w, 10); /* nothing allocates: no cycle */
+  assert_int_equal(stats_of(w.L).cycles, c0);
+  start_churn(w.L, 2000, 20000); /* 2 MB live, about 150 KB of garbage a frame */
+  frames(&w, 1);
+  c0 = stats_of(w.L).cycles;
+  frames(&w, 10); /* one whole cycle each frame */
+  assert_int_equal(stats_of(w.L).cycles, c0 + 10);
+  world_close(&w);
+}
+
 /* With stop_auto, every free of the state's collector (each block the
    allocator frees while frames run) happens in the paced timing's run. */
 static void stop_auto_collects_only_at_the_paced_timing(void **state) {
@@ -395,6 +422,7 @@ static void a_state_without_pacing_adds_no_work_to_the_frame(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(paced_frames_stay_in_budget_and_cycles_complete),
+      cmocka_unit_test(stop_auto_begins_the_next_cycle_once_the_heap_grew),
       cmocka_unit_test(stop_auto_collects_only_at_the_paced_timing),
       cmocka_unit_test(generational_minor_collections_run_only_at_the_paced_timing),
       cmocka_unit_test(the_ceiling_runs_exactly_one_full_collection),
