@@ -87,17 +87,34 @@ static const char scenario[] =
     "end)\n"
     "task.scope(function(s) s:spawn(function() task.yield() end) end)\n"
     "local ok, err = pcall(task.timeout, 0.001, function() task.delay(1) end)\n"
-    "print('timeout', task.is_timeout(err) or err)\n";
+    "print('timeout', task.is_timeout(err) or err)\n"
+    "local sig, heard = task.signal(), 0\n"
+    "sig:connect(function(v) heard = heard + v end)\n"
+    "local g = task.group{name = 'g'}\n"
+    "g:spawn(function()\n"
+    "  local v = sig:wait()\n"
+    "  g:delay(0.001)\n"
+    "  heard = heard + v\n"
+    "end)\n"
+    "task.spawn(function()\n"
+    "  sig:fire(1); sig:fire_deferred(2)\n"
+    "  task.yield()\n"
+    "  print('signal', heard, g:count()); g:cancel()\n"
+    "end)\n";
 
 /* The output of one run without faults: the first load, then the reload,
-   which gets on_unload's result. */
+   which gets on_unload's result. "signal 3 1": the handler heard the
+   fire (1) and the deferred fire (2), and the group's member is still
+   in its g:delay. */
 static const char want_out[] = "[s] got\t3\t1\t1\n"
                                "[s] timeout\ttrue\n"
                                "[s] closed\ttrue\n"
+                               "[s] signal\t3\t1\n"
                                "[s] carried\t3\n"
                                "[s] got\t3\t1\t1\n"
                                "[s] timeout\ttrue\n"
-                               "[s] closed\ttrue\n";
+                               "[s] closed\ttrue\n"
+                               "[s] signal\t3\t1\n";
 
 /* The errors of one run without faults: the task that fails on purpose,
    once per load. */
@@ -131,7 +148,7 @@ static uint64_t run(char *out, size_t outcap, char *rep, size_t repcap) {
   luna_mods_load_dir(f->set, f->dir);
   fx_frames(f, 4);
   luna_mods_reload(f->set, "s");
-  fx_frames(f, 2);
+  fx_frames(f, 4);
   luna_mods_unload(f->set, "s");
   errors = luna_mods_error_count(f->set);
   luna_mods_free(f->set);
