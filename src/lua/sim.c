@@ -977,8 +977,7 @@ void luna__open_sim_internals(lua_State *L) {
     lua_setfield(L, -2, "__gc");
     luaL_newlib(L, bridge_methods);
     lua_setfield(L, -2, "__index");
-    lua_pushliteral(L, "lunaloop.SimBridge");
-    lua_setfield(L, -2, "__metatable");
+    luna__protect_metatable(L);
   }
   lua_pop(L, 1);
   lua_pushcfunction(L, l_sim_new);
