@@ -171,7 +171,7 @@ function W.W8_frames(n)
   local function pace()
     C.collect()
     local ceiling = 4 * bench.mem()
-    task.gc{budget = tonumber(os.getenv("LUNA_W8_BUDGET")) or 0.008, timing = "LastTimeUpdate", stop_auto = true, ceiling = ceiling}
+    task.gc{budget = tonumber(os.getenv("LUNA_W8_BUDGET")) or 0.008, frame = tonumber(os.getenv("LUNA_W8_FRAME")), timing = "LastTimeUpdate", stop_auto = true, ceiling = ceiling}
     return string.format(" ceiling_bytes=%d", ceiling)
   end
   local mean = C.W8(n, {spawn = task.spawn, yield = task.yield, delay = task.delay,

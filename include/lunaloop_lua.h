@@ -274,6 +274,16 @@ typedef struct luna_lua_gc_options {
                          before the next frame (luna_lua_gc_idle) */
   bool generational;  /* put the state in generational mode (a step is
                          then a whole minor collection); false: incremental */
+  luna_ns frame;      /* ns of cost-clock time a frame may take, collector
+                         work included; 0: off. When the paced timing
+                         comes, a frame that has used more than
+                         frame - budget gets only what is left of it, and
+                         at least a quarter of the budget (so cycles go on
+                         in heavy frames): light frames collect, heavy ones
+                         mostly wait, and frame times even out (the spare
+                         time of a frame-limited game, for a driver that
+                         runs frames back to back). Measured from
+                         luna_loop_begin_frame_ns on the loop's cost clock */
 } luna_lua_gc_options;
 
 /* What the pacer did for a state (or, summed, for every state of a loop)

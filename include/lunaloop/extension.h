@@ -220,6 +220,16 @@ void luna__loop_set_batch(luna_loop *loop, luna_step_fn step, luna__batch_fn fn)
    cost clock drives budgets and GC slices alike. */
 luna_ns luna__loop_cost_now(luna_loop *loop);
 
+/* While `on`, each luna_loop_begin_frame_ns (and so each frame) reads the
+   cost clock once and keeps the reading, which luna__loop_frame_began
+   returns: the pacer's `frame` setting measures how much of a frame is
+   used when its paced timing comes. Off by default, so a frame reads no
+   clock for it. Loop thread. */
+void luna__loop_time_frames(luna_loop *loop, bool on);
+/* The cost clock when the current frame began (0 before the first frame
+   timed while luna__loop_time_frames is on). */
+luna_ns luna__loop_frame_began(const luna_loop *loop);
+
 /* The slot where the binding keeps its one collector pacer per loop
    (src/lua/gc.c): NULL until it makes one. The core never reads it; the
    pacer frees itself when the loop tells its listeners LUNA_EVENT_FREE. */

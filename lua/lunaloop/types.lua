@@ -153,6 +153,7 @@ function Channel:is_closed() end
 ---@field stop_auto boolean? stop Lua's automatic collector (needs a budget or idle)
 ---@field idle boolean? also step in the time the driver would sleep before the next frame
 ---@field mode "incremental"|"generational"? the collector's mode, set by this call (default "incremental")
+---@field frame number? seconds: the frame time to fill; a frame past `frame - budget` gets what is left, at least budget / 4 (default 0: off; needs a budget)
 
 ---@class lunaloop.GcSettings
 ---@field budget number
@@ -161,6 +162,7 @@ function Channel:is_closed() end
 ---@field stop_auto boolean
 ---@field idle boolean
 ---@field mode "incremental"|"generational"
+---@field frame number seconds, 0 when off
 ---@field own boolean whether the settings are this state's (else the loop's, or none)
 
 ---@class lunaloop.Stats

@@ -269,6 +269,8 @@ int luna_loop_begin_frame_ns(luna_loop *loop, luna_ns dt) {
   if (scaled > LUNA_CLOCK_MAX - loop->clocks.scaled)
     return LUNA_ERANGE;
   record_frame(loop);
+  if (loop->time_frames)
+    loop->frame_began = loop->runner.cost_fn(loop->runner.cost_ud);
   loop->v.frame++;
   loop->unscaled_delta = dt;
   loop->v.delta = scaled;
@@ -590,6 +592,10 @@ void luna__loop_set_warm(luna_loop *loop, luna_fn fn, void (*warm)(void *arg)) {
 luna_ns luna__loop_cost_now(luna_loop *loop) {
   return loop->runner.cost_fn(loop->runner.cost_ud);
 }
+
+void luna__loop_time_frames(luna_loop *loop, bool on) { loop->time_frames = on; }
+
+luna_ns luna__loop_frame_began(const luna_loop *loop) { return loop->frame_began; }
 
 void **luna__loop_pacer(luna_loop *loop) {
   return &loop->pacer;

@@ -69,6 +69,8 @@ struct luna_loop {
      reads the runner's cost clock at its start and end. Off by default, so
      a run then costs one branch. */
   bool profiling;
+  bool time_frames;     /* luna__loop_time_frames: begin_frame reads the cost clock */
+  luna_ns frame_began;  /* that reading (luna__loop_frame_began) */
   luna_ns spent[LUNA_TIMING_COUNT];  /* cost-clock ns spent in each timing */
   /* The last LUNA_FRAME_HISTORY frames' costs per timing, measured by the
      same reads as spent[] (no clock read of their own), for

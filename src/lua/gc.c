@@ -51,6 +51,13 @@
    per frame at their timing: one millisecond, a small part of a 60 Hz
    frame, however many mods ask. */
 #define REQUEST_BUDGET_NS ((luna_ns)1000 * 1000)
+/* With a `frame` setting, the least part of the budget a frame gets
+   however much of the frame is used (budget / FRAME_FLOOR_PART): heavy
+   frames still move the cycle on, so that a run of them does not leave
+   the heap to climb until they end. The rest of what they do not get is
+   not made up elsewhere: the budget must keep up with the allocation rate
+   on the frames' mix (frame-time.md). */
+#define FRAME_FLOOR_PART 4
 
 /* A paced timing's runner item: its argument names the pacer and timing. */
 typedef struct pace_item {
@@ -115,7 +122,34 @@ static int timing_of(const luna_lua_gc_options *o) {
 }
 
 static bool valid_options(const luna_lua_gc_options *o) {
-  return o->budget >= 0 && (int)o->timing >= 0 && (int)o->timing < LUNA_TIMING_COUNT;
+  return o->budget >= 0 && o->frame >= 0 && (int)o->timing >= 0 &&
+         (int)o->timing < LUNA_TIMING_COUNT;
+}
+
+/* The part of `budget` a frame gets now under settings o: all of it
+   without a `frame` setting; with one, what is left of the frame since it
+   began (luna__loop_frame_began), between budget / FRAME_FLOOR_PART and
+   budget. */
+static luna_ns frame_slice(const luna__gc_pacer *p, const luna_lua_gc_options *o,
+                           luna_ns budget) {
+  luna_ns left, least;
+  if (o == NULL || o->frame <= 0 || budget <= 0)
+    return budget;
+  left = o->frame - (luna__loop_cost_now(p->loop) - luna__loop_frame_began(p->loop));
+  least = budget / FRAME_FLOOR_PART;
+  if (left < least)
+    left = least;
+  return left < budget ? left : budget;
+}
+
+/* Frames are timed (luna__loop_time_frames) while some state on the loop
+   is paced with a `frame` setting, and only then. */
+static void time_frames_if_needed(luna__gc_pacer *p) {
+  const luna__gc_member *m;
+  bool on = p->loop_set && p->opts.frame > 0;
+  for (m = p->members; m != NULL && !on; m = m->next)
+    on = m->own && m->opts.frame > 0;
+  luna__loop_time_frames(p->loop, on);
 }
 
 static bool pace_step(luna_loop *loop, void *arg);
@@ -298,7 +332,7 @@ static void pace_timing(luna__gc_pacer *p, int timing) {
   const luna_lua_gc_options *o;
   luna__gc_member *m;
   double shared_weight = 0;
-  luna_ns shared_left = p->loop_set ? p->opts.budget : 0;
+  luna_ns shared_left = p->loop_set ? frame_slice(p, &p->opts, p->opts.budget) : 0;
   luna_ns request_left = REQUEST_BUDGET_NS;
   for (m = p->members; m != NULL; m = m->next)
     if (paced_here(m, timing, &o) && !m->own)
@@ -313,7 +347,7 @@ static void pace_timing(luna__gc_pacer *p, int timing) {
     w = m->own ? 0 : weight_of(m); /* as the sum above counted it */
     check_ceiling(m, o);
     if (m->own) {
-      budget = o != NULL ? o->budget : 0;
+      budget = o != NULL ? frame_slice(p, o, o->budget) : 0;
     } else {
       budget = shared_weight > 0
                    ? (luna_ns)((double)shared_left * (double)w / shared_weight)
@@ -431,8 +465,11 @@ int luna__gc_join(luna__binding *b, luna_loop *loop) {
 }
 
 void luna__gc_leave(luna__binding *b) {
-  if (b->gc.pacer != NULL)
-    unlink_member(b->gc.pacer, &b->gc);
+  luna__gc_pacer *p = b->gc.pacer;
+  if (p != NULL) {
+    unlink_member(p, &b->gc);
+    time_frames_if_needed(p);
+  }
 }
 
 void luna__gc_request_full(luna__binding *b) {
@@ -457,6 +494,7 @@ int luna_lua_gc_set(lua_State *L, const luna_lua_gc_options *opts) {
   b->gc.own = opts != NULL;
   if (opts != NULL)
     b->gc.opts = *opts;
+  time_frames_if_needed(b->gc.pacer);
   return apply(&b->gc);
 }
 
@@ -475,6 +513,7 @@ int luna_lua_gc_set_loop(luna_loop *loop, const luna_lua_gc_options *opts) {
   for (m = p->members; m != NULL; m = m->next)
     if (!m->own && rc == 0)
       rc = apply(m);
+  time_frames_if_needed(p);
   return rc;
 }
 
@@ -575,7 +614,7 @@ static lua_Number field_number(lua_State *L, const char *field, const char *what
    field before anything is changed. */
 static void check_gc_options(lua_State *L, luna_lua_gc_options *o) {
   static const char *const known[] = {"budget", "timing", "ceiling", "stop_auto",
-                                      "idle", "mode", NULL};
+                                      "idle", "mode", "frame", NULL};
   static const char *const modes[] = {"incremental", "generational", NULL};
   lua_Number ceiling;
   int mode;
@@ -584,6 +623,9 @@ static void check_gc_options(lua_State *L, luna_lua_gc_options *o) {
   if (luna_seconds_to_ns(field_number(L, "budget", "a finite, non-negative number of seconds"),
                          &o->budget) != 0)
     luaL_argerror(L, 1, "opts.budget: expected a finite, non-negative number of seconds");
+  if (luna_seconds_to_ns(field_number(L, "frame", "a finite, non-negative number of seconds"),
+                         &o->frame) != 0)
+    luaL_argerror(L, 1, "opts.frame: expected a finite, non-negative number of seconds");
   o->timing = luna__field_timing(L, 1, "timing", LUNA_LAST_TIME_UPDATE);
   if (o->timing == 0)
     luaL_argerror(L, 1, "opts.timing: the collector cannot be paced at Initialization");
@@ -607,11 +649,14 @@ static void check_gc_options(lua_State *L, luna_lua_gc_options *o) {
   if (o->stop_auto && o->budget == 0 && !o->idle)
     luaL_argerror(L, 1, "opts.stop_auto: needs a budget or idle (the collector would never "
                         "run)");
+  if (o->frame > 0 && o->budget == 0)
+    luaL_argerror(L, 1, "opts.frame: needs a budget (it shares out the budget's time)");
 }
 
 /* task.gc([opts]) -> settings: paces this state's collector with opts
    (every field optional: budget in seconds per frame, timing, ceiling in
-   bytes, stop_auto, idle, mode "incremental" or "generational"); given
+   bytes, stop_auto, idle, mode "incremental" or "generational", frame in
+   seconds: the frame time the budget fills up to); given
    false, returns the state to the loop's settings. Returns the settings in
    force: the fields above and `own` (whether they are this state's). */
 static int l_gc(lua_State *L) {
@@ -637,8 +682,9 @@ static int l_gc(lua_State *L) {
   if (rc == LUNA_ESTATE)
     return luaL_error(L, "task.gc: cannot change the collector from a __gc metamethod");
   o = settings_of(&b->gc);
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 9);
   set_number(L, "budget", o != NULL ? luna_ns_to_seconds(o->budget) : 0);
+  set_number(L, "frame", o != NULL ? luna_ns_to_seconds(o->frame) : 0);
   lua_pushstring(L, luna_timing_name(timing_of(o)));
   lua_setfield(L, -2, "timing");
   set_integer(L, "ceiling", o != NULL ? o->ceiling : 0);

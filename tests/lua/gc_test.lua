@@ -18,6 +18,8 @@ H.case("gc_returns_the_settings_in_force_and_false_returns_to_the_loops", functi
   H.eq(settings(task.gc(false)), {0, "LastTimeUpdate", 0, false, false, "incremental", false})
   H.eq(collectgarbage("isrunning"), true, "and un-pacing restarts it")
   H.eq(task.gc{}.own, true, "an empty table is settings of its own: none")
+  H.eq(task.gc{budget = 0.004, frame = 0.016}.frame, 0.016, "frame is returned in seconds")
+  H.eq(task.gc{budget = 0.004}.frame, 0, "and is 0 when not given")
   task.gc(false)
 end)
 
@@ -39,6 +41,10 @@ H.case("gc_argument_errors_name_the_option_and_change_nothing", function()
     "opts.mode: expected 'incremental' or 'generational', got manual")
   H.raises(function() task.gc{stop_auto = true} end,
     "opts.stop_auto: needs a budget or idle (the collector would never run)")
+  H.raises(function() task.gc{budget = 0.001, frame = -1} end,
+    "opts.frame: expected a finite, non-negative number of seconds, got -1.0")
+  H.raises(function() task.gc{frame = 0.016} end,
+    "opts.frame: needs a budget (it shares out the budget's time)")
   H.raises(function() task.gc(true) end, "table, false or nil expected, got boolean")
   H.raises(function() task.gc(5) end, "table, false or nil expected, got number")
   H.eq(task.gc().budget, 0.001, "a bad table changed nothing")

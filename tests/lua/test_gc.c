@@ -419,6 +419,76 @@ static void a_state_without_pacing_adds_no_work_to_the_frame(void **state) {
   world_close(&w);
 }
 
+/* burn(ns): advances the fake cost clock, as a frame's own work would. */
+static int l_burn(lua_State *L) {
+  world *w = lua_touserdata(L, lua_upvalueindex(1));
+  w->now += (luna_ns)luaL_checkinteger(L, 1);
+  return 0;
+}
+
+/* With a `frame` setting, the paced slice is what is left of the frame
+   when LastTimeUpdate comes, at most the budget and at least a quarter of
+   it: a light frame gets the whole budget, a frame with half the budget
+   left gets about half, a frame already past its time a quarter. */
+static void frame_setting_gives_the_slice_what_is_left_of_the_frame(void **state) {
+  world w;
+  luna_lua_gc_options o = {0};
+  const luna_ns budget = 40 * US, frame = 4000 * US;
+  /* What each frame's work costs before the paced timing, and the slice
+     expected: all of it, half, the floor. */
+  const luna_ns work[3] = {0, frame - budget / 2, 2 * frame};
+  const luna_ns slice[3] = {budget, budget / 2, budget / 4};
+  luna_ns spent[3] = {0, 0, 0};
+  int f, k;
+  (void)state;
+  world_open(&w);
+  lua_pushlightuserdata(w.L, &w);
+  lua_pushcclosure(w.L, l_burn, 1);
+  lua_setglobal(w.L, "burn");
+  w.free_ns = 0; /* every step costs one clock read: slices are exact */
+  start_churn(w.L, 4000, 200000); /* a cycle lasts many frames */
+  run(w.L, "work = 0 task.on('Update', function() burn(work) end)");
+  o.budget = budget;
+  o.frame = frame;
+  o.stop_auto = true;
+  assert_int_equal(luna_lua_gc_set(w.L, &o), 0);
+  frames(&w, 3);
+  for (f = 0; f < 300; f++) {
+    luna_lua_gc_stats before, after;
+    k = f % 3;
+    lua_pushinteger(w.L, (lua_Integer)work[k]);
+    lua_setglobal(w.L, "work");
+    before = stats_of(w.L);
+    frames(&w, 1);
+    after = stats_of(w.L);
+    /* Up to the slice, plus the step that passed it; a cycle that ended
+       stops short, so the sums below are compared. */
+    assert_true(after.time_ns - before.time_ns <= slice[k] + after.longest_step_ns);
+    spent[k] += after.time_ns - before.time_ns;
+  }
+  /* 100 frames of each: at most a tenth over 100 slices (the reads made
+     before the paced timing take a microsecond from the half-left frames'
+     slice), and at least 8/10 of them (a cycle's end stops a slice short,
+     and the light frames, where cycles move fastest, end most). */
+  for (k = 0; k < 3; k++) {
+    assert_true(spent[k] <= 100 * slice[k] * 11 / 10);
+    assert_true(spent[k] >= 100 * slice[k] * 8 / 10);
+  }
+  /* Without `frame`, the same heavy frames get the whole budget. */
+  o.frame = 0;
+  assert_int_equal(luna_lua_gc_set(w.L, &o), 0);
+  lua_pushinteger(w.L, (lua_Integer)work[2]);
+  lua_setglobal(w.L, "work");
+  frames(&w, 1); /* the settings begin afresh: the heap grows first */
+  {
+    luna_lua_gc_stats before = stats_of(w.L), after;
+    frames(&w, 10);
+    after = stats_of(w.L);
+    assert_true(after.time_ns - before.time_ns >= 10 * budget * 8 / 10);
+  }
+  world_close(&w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(paced_frames_stay_in_budget_and_cycles_complete),
@@ -432,6 +502,7 @@ int main(void) {
       cmocka_unit_test(states_on_a_loop_share_its_budget_by_allocation),
       cmocka_unit_test(idle_time_goes_to_steps_until_the_cycle_is_done),
       cmocka_unit_test(a_state_without_pacing_adds_no_work_to_the_frame),
+      cmocka_unit_test(frame_setting_gives_the_slice_what_is_left_of_the_frame),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
