@@ -9,6 +9,12 @@
 
 #define META_HEAP(m) ((unsigned)((m)&0x7f))
 #define META_SEQ(m) ((m) >> 8)
+/* Set in meta while a run holds the timer among its heap's due entries. */
+#define META_DUE ((uint64_t)0x80)
+
+/* A heap is rebuilt without its cancelled entries once they are more than
+   half of it and at least this many (fewer cost nothing worth a pass). */
+#define COMPACT_MIN 64
 
 /* Children per node. Four halve the depth of a binary heap, so the lines a
    sift touches and the slot writes it makes, for a few more comparisons
@@ -26,6 +32,8 @@ typedef luna__heap_entry entry;
 
 void luna__timers_init(luna__timers *tm) { memset(tm, 0, sizeof *tm); }
 
+static void free_slot(luna__timers *tm, uint32_t idx);
+
 /* ---- the heap ------------------------------------------------------------- */
 
 /* Orders by deadline, then creation (see luna__timer.meta); `exact` is
@@ -41,21 +49,16 @@ static inline bool earlier(const luna__timer *slots, bool exact, const entry *x,
   return slots[x->slot].meta < slots[y->slot].meta;
 }
 
-static inline void place(luna__timer *slots, entry *a, size_t pos, entry e) {
-  a[pos] = e;
-  slots[e.slot].pos = (uint32_t)pos;
-}
-
 /* Puts e at the hole a[pos] or, moving parents down, above it. */
-static inline void climb(luna__timer *slots, bool exact, entry *a, size_t pos, entry e) {
+static inline void climb(const luna__timer *slots, bool exact, entry *a, size_t pos, entry e) {
   while (pos > 0) {
     size_t parent = (pos - 1) / ARITY;
     if (!earlier(slots, exact, &e, &a[parent]))
       break;
-    place(slots, a, pos, a[parent]);
+    a[pos] = a[parent];
     pos = parent;
   }
-  place(slots, a, pos, e);
+  a[pos] = e;
 }
 
 static void sift_up(luna__timers *tm, luna__heap *h, size_t pos) {
@@ -74,7 +77,7 @@ static inline entry *min_children(const luna__timer *slots, bool exact, entry *p
    the earliest child, and returns the leaf. A level's comparisons wait for
    its four children, so it first asks for the next level: the children of
    all four (sixteen entries, four lines), one of which it will read. */
-static inline size_t hole_to_leaf(luna__timer *slots, bool exact, entry *a, size_t n,
+static inline size_t hole_to_leaf(const luna__timer *slots, bool exact, entry *a, size_t n,
                                   size_t pos) {
   size_t c;
   while ((c = ARITY * pos + 1) + ARITY <= n) {
@@ -87,7 +90,7 @@ static inline size_t hole_to_leaf(luna__timer *slots, bool exact, entry *a, size
       LUNA__PREFETCH(a + g + 3 * ARITY);
     }
     best = min_children(slots, exact, a + c);
-    place(slots, a, pos, *best);
+    a[pos] = *best;
     pos = (size_t)(best - a);
   }
   if (c < n) { /* the one node with fewer children; theirs are past n */
@@ -95,7 +98,7 @@ static inline size_t hole_to_leaf(luna__timer *slots, bool exact, entry *a, size
     for (c++; c < n; c++)
       if (earlier(slots, exact, &a[c], &a[best]))
         best = c;
-    place(slots, a, pos, a[best]);
+    a[pos] = a[best];
     pos = best;
   }
   return pos;
@@ -135,15 +138,39 @@ static void heap_push(luna__timers *tm, luna__heap *h, entry e) {
   sift_up(tm, h, h->n++);
 }
 
-static void heap_remove(luna__timers *tm, luna__heap *h, size_t pos) {
-  entry last = h->a[--h->n];
-  if (pos == h->n)
-    return;
-  h->a[pos] = last;
-  if (pos > 0 && earlier(tm->slots, SEQ_EXACT(tm), &last, &h->a[(pos - 1) / ARITY]))
-    sift_up(tm, h, pos);
-  else
-    sift_down(tm, h, pos);
+/* Rebuilds h without its cancelled entries, freeing their slots: a pass
+   that keeps the live entries in place, then Floyd's bottom-up heap
+   construction (each inner node sifted down, O(n) in all). */
+static void compact(luna__timers *tm, luna__heap *h) {
+  const bool exact = SEQ_EXACT(tm);
+  entry *a = h->a;
+  size_t r, w = 0, i;
+  for (r = 0; r < h->n; r++) {
+    if (tm->slots[a[r].slot].fn == NULL)
+      free_slot(tm, a[r].slot);
+    else
+      a[w++] = a[r];
+  }
+  h->n = w;
+  h->dead = 0;
+  for (i = h->n / ARITY + 1; i-- > 0;) {
+    size_t pos = i;
+    entry e = a[pos];
+    for (;;) {
+      size_t c = ARITY * pos + 1, k, best;
+      if (c >= h->n)
+        break;
+      best = c;
+      for (k = c + 1; k < c + ARITY && k < h->n; k++)
+        if (earlier(tm->slots, exact, &a[k], &a[best]))
+          best = k;
+      if (!earlier(tm->slots, exact, &a[best], &e))
+        break;
+      a[pos] = a[best];
+      pos = best;
+    }
+    a[pos] = e;
+  }
 }
 
 /* Makes room for one more entry. The array is placed 0 to 3 entries into
@@ -232,16 +259,14 @@ int luna__timers_cancel(luna__timers *tm, luna_timer_id id) {
   idx = (uint32_t)(t - tm->slots);
   h = &tm->heaps[META_HEAP(t->meta)];
   h->live--;
-  if (t->pos >= h->n || h->a[t->pos].slot != idx) {
-    /* Among the due entries of the run firing now: only mark it; the run
-       frees the slot when it reaches it. */
-    t->fn = NULL;
-    t->arg = NULL;
-    luna__slab_retire(tm->slots, sizeof *tm->slots, idx);
-    return 0;
-  }
-  heap_remove(tm, h, t->pos);
-  free_slot(tm, idx);
+  /* Only marked: its entry stays where it is, in the heap or among the due
+     entries of the run firing now, and the slot is freed when a run pops
+     it or a compaction drops it. The handle is stale from now on. */
+  t->fn = NULL;
+  t->arg = NULL;
+  luna__slab_retire(tm->slots, sizeof *tm->slots, idx);
+  if (!(t->meta & META_DUE) && ++h->dead > h->n / 2 && h->dead >= COMPACT_MIN)
+    compact(tm, h);
   return 0;
 }
 
@@ -262,20 +287,26 @@ static bool created_since(const luna__timers *tm, const entry *e, uint64_t start
    sequences are exact). */
 static void collect(luna__timers *tm, luna__heap *h, luna_ns now, uint64_t start_seq) {
   entry *a = h->a;
-  size_t n0 = h->n, r, w, d, i;
+  size_t n0 = h->n, top_w = n0, r, w, d, i;
   assert(h->due == 0);
-  /* As in heapsort: each pop frees the heap's last cell and the popped
-     entry goes there, so a[h->n, n0) holds them, the last popped first. */
+  /* As in heapsort: each pop frees the heap's last cell, so the live
+     entries popped go down from the array's top, a[top_w, n0) holding
+     them, the last popped first; cancelled ones free their slots. */
   while (h->n > 0 && a[0].deadline <= now) {
     entry top = pop_root(tm, h);
-    a[h->n] = top;
+    if (tm->slots[top.slot].fn == NULL) {
+      free_slot(tm, top.slot);
+      h->dead--;
+    } else {
+      a[--top_w] = top;
+    }
   }
-  if (h->n == n0)
+  if (top_w == n0)
     return;
-  /* Move the timers to call to the top of a[h->n, n0), in popping order
+  /* Move the timers to call to the top of a[top_w, n0), in popping order
      downwards (swapping keeps their order and gathers the set-aside ones
      below them)... */
-  for (r = w = n0; r-- > h->n;) {
+  for (r = w = n0; r-- > top_w;) {
     if (created_since(tm, &a[r], start_seq))
       continue;
     if (--w != r) {
@@ -284,18 +315,21 @@ static void collect(luna__timers *tm, luna__heap *h, luna_ns now, uint64_t start
       a[r] = x;
     }
   }
-  /* ...push the set-aside ones back: a[h->n, w) already follows the heap... */
-  while (h->n < w) {
-    h->n++;
+  /* ...push the set-aside ones back (down onto the heap's end: h->n <= top_w)... */
+  for (r = top_w; r < w; r++) {
+    a[h->n++] = a[r];
     sift_up(tm, h, h->n - 1);
   }
-  /* ...and move the rest to the end of the array, next to call first. */
+  /* ...and move the rest to the end of the array, next to call first,
+     marked as due. */
   d = n0 - w;
   for (i = 0; i < d / 2; i++) {
     entry x = a[w + i];
     a[w + i] = a[n0 - 1 - i];
     a[n0 - 1 - i] = x;
   }
+  for (i = w; i < n0; i++)
+    tm->slots[a[i].slot].meta |= META_DUE;
   if (n0 != h->cap)
     memmove(a + h->cap - d, a + w, d * sizeof *a);
   h->due = (uint32_t)d;
@@ -309,10 +343,12 @@ static void put_back(luna__timers *tm, luna__heap *hs, int from) {
     luna__heap *h = &hs[kind];
     while (h->due > 0) {
       entry e = h->a[h->cap - h->due--];
-      if (tm->slots[e.slot].fn == NULL)
+      if (tm->slots[e.slot].fn == NULL) {
         free_slot(tm, e.slot);
-      else
+      } else {
+        tm->slots[e.slot].meta &= ~META_DUE;
         heap_push(tm, h, e);
+      }
     }
   }
 }
@@ -390,7 +426,7 @@ void luna__timers_drop(luna__timers *tm) {
     assert(h->due == 0); /* never during a run */
     for (k = 0; k < h->n; k++)
       free_slot(tm, h->a[k].slot);
-    h->n = h->live = 0;
+    h->n = h->live = h->dead = 0;
   }
 }
 

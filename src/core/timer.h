@@ -4,24 +4,32 @@
 ** One min-heap per (timing, kind), keyed by (deadline, creation sequence),
 ** so ties break in creation order and a run only touches the timers that
 ** fire: O(log n) each, nothing for those still pending. Timers live in one
-** slab of slots shared by every heap; a slot stores its position in its
-** heap, which makes luna_timer_cancel O(log n). Handles are {slot index +
+** slab of slots shared by every heap. Handles are {slot index +
 ** generation}: a fired or cancelled timer's slot gets a new generation, so a
 ** stale handle is LUNA_ENOENT.
+**
+** Cancelling is O(1) and writes only the slot: the timer is marked (fn =
+** NULL, a new generation) and its entry stays in the heap until a run pops
+** it (and frees the slot without calling anything) or the heap is rebuilt
+** without its cancelled entries, which happens once they are more than half
+** of it (and at least 64): at most twice the live timers' entries, O(1)
+** amortized per cancellation. So no slot records where its entry is, and a
+** sift writes only the heap array (a timeout that usually loses its race,
+** cancelled each time, no longer pays a sift for it).
 **
 ** The heaps are 4-ary and hold the key next to the slot index: a 16-byte
 ** luna__heap_entry {deadline, slot, low 32 bits of the sequence}, so a sift
 ** compares entries that sit side by side (the four children of a node fill
 ** one cache line, given 16-byte aligned memory) instead of reading a slot
-** at a random place for every comparison. A sift still writes the pos of
-** each slot it moves. Removing the earliest walks the hole down to a leaf
+** at a random place for every comparison. Removing the earliest walks the hole down to a leaf
 ** (Floyd's variant) while prefetching the next level. Equal deadlines break
 ** on the entries' 32-bit sequences, which are the whole sequence while
 ** fewer than 2^32 timers have ever been created; after that, ties read the
 ** slots' full sequence (a wrapping 32-bit comparison would not be sound: a
 ** timer may live while 2^32 others are created).
 **
-** Memory: 32 bytes a slot plus 16 in its heap, 48 bytes a timer: the key
+** Memory: 32 bytes a slot plus 16 in its heap, 48 bytes a timer (a
+** cancelled one's until it is popped or compacted away): the key
 ** in the heap entry costs 8 bytes a timer more than bare indices would, and
 ** buys sifts that read no slot. The arrays double when they grow and are
 ** kept, so adding allocates only on growth. A heap's array has up to 3 entries of slack for the alignment.
@@ -32,8 +40,9 @@
 ** collected at the end of its own array, past the heap, in the order of
 ** their calls (the "due" entries, which keep their deadlines so that a stop
 ** can push them back); timers created since the run began are set aside and
-** pushed back at once. Then the kinds are called in order. A collected
-** timer cancelled before its turn is only marked (fn = NULL) and skipped.
+** pushed back at once, and cancelled ones popped are freed. Then the kinds
+** are called in order. A collected timer cancelled before its turn is
+** skipped the same way.
 **
 ** Loop thread only.
 */
@@ -50,16 +59,16 @@
 
 /* A timer's slot (slots.h: pos and gen come first). */
 typedef struct luna__timer {
-  /* In a heap: its index there (collected: stale, see luna__heap). Free:
-     next free slot (index + 1), 0 ends the list. */
+  /* Free: next free slot (index + 1), 0 ends the list; unused otherwise. */
   uint32_t pos;
   uint32_t gen;     /* bumped when the timer fires or is cancelled */
   /* (seq << 8) | heap number (timing * LUNA_TIMER_KIND_COUNT + kind, bits
-     0-6; bit 7 is 0).
-     Within one heap the low byte is equal, so comparing whole meta values
-     compares creation sequences (56 bits: never wraps). */
+     0-6) | bit 7 while among a run's due entries (timer.c, META_DUE).
+     Within one heap the low byte of the entries still in it is equal, so
+     comparing whole meta values compares creation sequences (56 bits:
+     never wraps). */
   uint64_t meta;
-  luna_fn fn;       /* NULL: free, or cancelled after being collected */
+  luna_fn fn;       /* NULL: free, or cancelled (its entry not yet popped) */
   void *arg;
 } luna__timer;
 
@@ -73,17 +82,17 @@ typedef struct luna__heap_entry {
 #define LUNA__TIMER_HEAPS (LUNA_TIMING_COUNT * LUNA_TIMER_KIND_COUNT)
 _Static_assert(LUNA__TIMER_HEAPS <= 128, "a heap number must fit bits 0-6 of luna__timer.meta");
 
-/* a[0, n) is the heap (a[0] the earliest); a[cap - due, cap) the timers a
-   run collected and has not called yet, next first. n + due <= cap always,
-   so pushing collected timers back never allocates. A slot is in the heap
-   exactly when pos < n and a[pos].slot is its index: a collected slot's pos
-   is left stale (0, where it was popped), which never passes that test. */
+/* a[0, n) is the heap (a[0] the earliest), `dead` of its entries
+   cancelled; a[cap - due, cap) the timers a run collected and has not
+   called yet, next first. n + due <= cap always, so pushing collected
+   timers back never allocates. */
 typedef struct luna__heap {
   luna__heap_entry *a; /* `off` entries into its allocation (heap_grow) */
   size_t n;      /* in the heap */
   size_t cap;    /* entries from a to the end of the allocation */
   size_t live;   /* in the heap, or collected and neither called nor
                     cancelled: what luna__timers_count reports */
+  size_t dead;   /* entries of a[0, n) whose timer was cancelled */
   uint32_t due;  /* collected, at the end of a (fewer than the slots) */
   uint32_t off;  /* 0 to 3 */
 } luna__heap;
@@ -108,12 +117,13 @@ int luna__timers_cancel(luna__timers *tm, luna_timer_id id);
    timers with a sequence at or above it were created during the run. */
 static inline uint64_t luna__timers_seq(const luna__timers *tm) { return tm->seq; }
 
-/* True when `timing` has pending timers of `kind` (so the loop reads the
-   realtime clock only when a realtime timer could fire). */
+/* True when `timing` has entries of `kind`: pending timers, or cancelled
+   ones not yet popped (so the loop reads the realtime clock only when a
+   realtime timer could fire). */
 bool luna__timers_has(const luna__timers *tm, int timing, luna_timer_kind kind);
 
-/* True when `timing` has a timer in any heap (the loop skips step 3
-   otherwise). */
+/* True when `timing` has an entry in any heap, pending or cancelled (the
+   loop skips step 3 otherwise). */
 static inline bool luna__timers_any(const luna__timers *tm, int timing) {
   const luna__heap *h = &tm->heaps[timing * LUNA_TIMER_KIND_COUNT];
   /* One load per kind, or-ed without branches: frame, then each clock's. */
