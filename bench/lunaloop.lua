@@ -157,22 +157,27 @@ end
 
 -- W8_frames: frame stability (C.W8) through task.yield, task.delay and
 -- task.wait_until. impl "lunaloop_paced" turns on the collector's pacing
--- after the warm frames (task.gc: incremental steps under an 8 ms budget, or
--- LUNA_W8_BUDGET seconds, at
--- LastTimeUpdate, the automatic collector stopped, a ceiling of 4x the
--- live bytes then); without task.gc it prints "pacing: not available" and
--- measures nothing.
+-- after the warm frames (task.gc: incremental steps under a 10 ms budget,
+-- or LUNA_W8_BUDGET seconds, at LastTimeUpdate, the automatic collector
+-- stopped, a ceiling of 4x the live bytes then, and `frame` = the median
+-- warm frame plus the budget, or LUNA_W8_FRAME seconds, 0 for none: the
+-- frames run back to back, so the pacer fills each up to a typical
+-- frame); without task.gc it prints "pacing: not available" and measures
+-- nothing.
 function W.W8_frames(n)
   local paced = bench.impl == "lunaloop_paced"
   if paced and type(task.gc) ~= "function" then
     io.write("frames impl=lunaloop_paced pacing: not available\n")
     return nil
   end
-  local function pace()
+  local function pace(warm_ns)
     C.collect()
     local ceiling = 4 * bench.mem()
-    task.gc{budget = tonumber(os.getenv("LUNA_W8_BUDGET")) or 0.008, frame = tonumber(os.getenv("LUNA_W8_FRAME")), timing = "LastTimeUpdate", stop_auto = true, ceiling = ceiling}
-    return string.format(" ceiling_bytes=%d", ceiling)
+    local budget = tonumber(os.getenv("LUNA_W8_BUDGET")) or 0.010
+    local frame = tonumber(os.getenv("LUNA_W8_FRAME")) or warm_ns / 1e9 + budget
+    task.gc{budget = budget, frame = frame, timing = "LastTimeUpdate", stop_auto = true,
+            ceiling = ceiling}
+    return string.format(" ceiling_bytes=%d budget_s=%g frame_s=%.4f", ceiling, budget, frame)
   end
   local mean = C.W8(n, {spawn = task.spawn, yield = task.yield, delay = task.delay,
     wait_until = task.wait_until, frame = function() bench.frames(1, DT) end,

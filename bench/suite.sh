@@ -497,7 +497,7 @@ if [ -n "$frames" ]; then
     /^frames / {
       im = field("impl"); order[++k] = im
       if ($0 ~ /pacing: not available/) { na[im] = 1; next }
-      for (j = 1; j <= split("p50_ns p99_ns p999_ns max_ns mean_ns resumes_per_s peak_bytes ceiling_bytes frames", f, " "); j++)
+      for (j = 1; j <= split("p50_ns p99_ns p999_ns max_ns mean_ns resumes_per_s peak_bytes ceiling_bytes frames budget_s frame_s", f, " "); j++)
         v[im, f[j]] = field(f[j])
     }
     function judge(ok) { return ok ? "met" : "missed" }
@@ -514,6 +514,8 @@ if [ -n "$frames" ]; then
       p = "lunaloop_paced"
       if (p in na || !((p, "p50_ns") in v)) { print "  targets: not judged (pacing not available)"; exit }
       p50 = v[p, "p50_ns"]
+      if ((p, "budget_s") in v && v[p, "budget_s"] != "")
+        printf "  paced with task.gc{budget = %s, frame = %s, stop_auto = true, ceiling = %.1f MiB}\n", v[p, "budget_s"], v[p, "frame_s"], v[p, "ceiling_bytes"] / 1048576
       printf "  target p99 <= 1.5x p50 (paced): %s (%.2fx; stock %.2fx)\n", judge(v[p, "p99_ns"] <= 1.5 * p50), v[p, "p99_ns"] / p50, v["lunaloop", "p99_ns"] / v["lunaloop", "p50_ns"]
       printf "  target max <= 2.5x p50 (paced): %s (%.2fx; stock %.2fx)\n", judge(v[p, "max_ns"] <= 2.5 * p50), v[p, "max_ns"] / p50, v["lunaloop", "max_ns"] / v["lunaloop", "p50_ns"]
       printf "  target mean within 10%% of stock: %s (%.2fx)\n", judge(v[p, "mean_ns"] <= 1.1 * v["lunaloop", "mean_ns"]), v[p, "mean_ns"] / v["lunaloop", "mean_ns"]

@@ -279,7 +279,9 @@ typedef struct luna_lua_gc_options {
                          comes, a frame that has used more than
                          frame - budget gets only what is left of it, and
                          at least a quarter of the budget (so cycles go on
-                         in heavy frames): light frames collect, heavy ones
+                         in heavy frames), or all of the budget while the
+                         heap is past halfway from the live bytes to the
+                         ceiling: light frames collect, heavy ones
                          mostly wait, and frame times even out (the spare
                          time of a frame-limited game, for a driver that
                          runs frames back to back). Measured from

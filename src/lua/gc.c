@@ -142,6 +142,18 @@ static luna_ns frame_slice(const luna__gc_pacer *p, const luna_lua_gc_options *o
   return left < budget ? left : budget;
 }
 
+/* Whether m's heap is past halfway from its live bytes to the ceiling of
+   o: the `frame` setting then gives way and the whole budget is spent in
+   every frame until the heap is back under, so that a run of heavy frames
+   cannot take it to the ceiling's full collection. */
+static bool behind(luna__gc_member *m, const luna_lua_gc_options *o) {
+  if (o == NULL || o->ceiling == 0)
+    return false;
+  if (o->ceiling <= m->live)
+    return true;
+  return bytes_of(member_state(m)) > m->live + (o->ceiling - m->live) / 2;
+}
+
 /* Frames are timed (luna__loop_time_frames) while some state on the loop
    is paced with a `frame` setting, and only then. */
 static void time_frames_if_needed(luna__gc_pacer *p) {
@@ -332,7 +344,12 @@ static void pace_timing(luna__gc_pacer *p, int timing) {
   const luna_lua_gc_options *o;
   luna__gc_member *m;
   double shared_weight = 0;
-  luna_ns shared_left = p->loop_set ? frame_slice(p, &p->opts, p->opts.budget) : 0;
+  luna_ns shared_left = p->loop_set ? p->opts.budget : 0;
+  /* The part of the shared budget this frame's `frame` setting leaves. */
+  double shared_part = p->loop_set && p->opts.budget > 0
+                           ? (double)frame_slice(p, &p->opts, p->opts.budget) /
+                                 (double)p->opts.budget
+                           : 1;
   luna_ns request_left = REQUEST_BUDGET_NS;
   for (m = p->members; m != NULL; m = m->next)
     if (paced_here(m, timing, &o) && !m->own)
@@ -347,12 +364,14 @@ static void pace_timing(luna__gc_pacer *p, int timing) {
     w = m->own ? 0 : weight_of(m); /* as the sum above counted it */
     check_ceiling(m, o);
     if (m->own) {
-      budget = o != NULL ? frame_slice(p, o, o->budget) : 0;
+      budget = o == NULL ? 0 : behind(m, o) ? o->budget : frame_slice(p, o, o->budget);
     } else {
       budget = shared_weight > 0
                    ? (luna_ns)((double)shared_left * (double)w / shared_weight)
                    : 0;
       shared_weight -= (double)w;
+      if (!behind(m, o))
+        budget = (luna_ns)((double)budget * shared_part);
     }
     if (budget == 0 && m->requests > 0) {
       spent = pace_member(m, o, request_left, false);
