@@ -175,6 +175,7 @@ struct luna_workers {
                              without (only it adds, so it never reads less
                              than there is) */
   size_t running;
+  int sleeping;     /* workers inside pthread_cond_wait(work_cv) */
   job *dhead, *dtail;
   bool bell;        /* a bell_cb is in the inbox */
   bool room_wanted; /* tasks wait for room: ring the bell when a job is taken */
@@ -829,8 +830,11 @@ static void *worker_main(void *arg) {
   for (;;) {
     job *j;
     bool ring = false;
-    while (!p->stopping && p->qhead == NULL)
+    while (!p->stopping && p->qhead == NULL) {
+      p->sleeping++;
       pthread_cond_wait(&p->work_cv, &p->mu);
+      p->sleeping--;
+    }
     if (p->stopping)
       break;
     j = p->qhead;
@@ -1782,7 +1786,10 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud) {
   p->st.submitted++;
   if (full)
     p->st.overflowed++;
-  pthread_cond_signal(&p->work_cv);
+  /* Only a sleeping worker needs the signal: every other one looks at the
+     queue under mu before it waits. */
+  if (p->sleeping > 0)
+    pthread_cond_signal(&p->work_cv);
   pthread_mutex_unlock(&p->mu);
   return 1;
 }
