@@ -818,7 +818,7 @@ static void bell_cb(luna_loop *loop, void *arg);
    between the two: wait_for_work). Waking a sleeping worker (the futex
    wake in pthread_cond_signal, then the scheduler running the thread) is
    most of an empty job's round trip: polling took W7's one-at-a-time round
-   trip from 11-23 us to about 2 us on the quiet 2-core development
+   trip from 10-18 us to about 2 us on the quiet 2-core development
    machine. The next job of a task that awaits each result comes one
    delivery later (the bell, the loop's next Update, the resume and the
    call), a batch's next job sooner: with frames back to back, 93% of the
@@ -885,8 +885,8 @@ static bool spin_for_work(luna_workers *p, uint64_t deadline) {
    the worker spins on (a loaded machine; a loop thread and its worker on
    one core): the loop cannot make the next job until the spin ends, so
    every round trip would pay the whole spin (W7's one-at-a-time round trip
-   with the process pinned to one core: 17-19 us without polling, 122-129
-   us with a fixed 50 us poll, 22-25 us with this one). Halving brings the
+   with the process pinned to one core: 16-19 us without polling, 122-129
+   us with a fixed 50 us poll, 21-25 us with this one). Halving brings the
    budget down to SPIN_MIN_NS in five jobs, and does the same for a host
    whose jobs come a frame apart (where no poll pays); a poll that pays
    earns it back as fast. */
