@@ -132,10 +132,12 @@ static bool valid_options(const luna_lua_gc_options *o) {
    budget. */
 static luna_ns frame_slice(const luna__gc_pacer *p, const luna_lua_gc_options *o,
                            luna_ns budget) {
-  luna_ns left, least;
+  luna_ns used, left, least;
   if (o == NULL || o->frame <= 0 || budget <= 0)
     return budget;
-  left = o->frame - (luna__loop_cost_now(p->loop) - luna__loop_frame_began(p->loop));
+  /* A host's cost clock may step back: a negative use counts as none. */
+  used = luna__loop_cost_now(p->loop) - luna__loop_frame_began(p->loop);
+  left = used <= 0 ? o->frame : used >= o->frame ? 0 : o->frame - used;
   least = budget / FRAME_FLOOR_PART;
   if (left < least)
     left = least;
