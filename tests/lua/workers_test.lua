@@ -136,7 +136,11 @@ end)
 H.case("outside a task a full queue queues past the limit instead of failing", function()
   local before = pool:stats()
   local ps = {}
-  for i = 1, 12 do ps[i] = job:call("sleep_then", 1, i) end
+  -- 20 ms jobs (of the process's CPU time, which two busy workers and the
+  -- loop advance up to three times as fast as the wall clock): the twelve
+  -- calls are made long before the first two jobs end, also under ASan,
+  -- and workers that poll for their next job take at most two at once.
+  for i = 1, 12 do ps[i] = job:call("sleep_then", 20, i) end
   settle(function() for i = 1, 12 do if ps[i]:status() == "pending" then return false end end return true end)
   for i = 1, 12 do H.eq({ps[i]:result()}, {true, i}) end
   H.truthy(pool:stats().overflowed - before.overflowed > 0)
