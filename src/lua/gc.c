@@ -121,6 +121,13 @@ static int timing_of(const luna_lua_gc_options *o) {
   return o != NULL && o->timing != 0 ? (int)o->timing : LUNA_LAST_TIME_UPDATE;
 }
 
+/* Whether a and b are the same settings, field by field. */
+static bool same_options(const luna_lua_gc_options *a, const luna_lua_gc_options *b) {
+  return a->budget == b->budget && a->timing == b->timing && a->ceiling == b->ceiling &&
+         a->stop_auto == b->stop_auto && a->idle == b->idle &&
+         a->generational == b->generational && a->frame == b->frame;
+}
+
 static bool valid_options(const luna_lua_gc_options *o) {
   return o->budget >= 0 && o->frame >= 0 && (int)o->timing >= 0 &&
          (int)o->timing < LUNA_TIMING_COUNT;
@@ -512,6 +519,11 @@ int luna_lua_gc_set(lua_State *L, const luna_lua_gc_options *opts) {
     return LUNA_EINVAL;
   if (in_finalizer(L))
     return LUNA_ESTATE;
+  /* The same settings again change nothing: applying them would begin the
+     pacer's estimates afresh and drop a cycle under way, so a script that
+     sets them every frame would never collect. */
+  if (opts != NULL && b->gc.own && same_options(opts, &b->gc.opts))
+    return 0;
   b->gc.own = opts != NULL;
   if (opts != NULL)
     b->gc.opts = *opts;
@@ -528,6 +540,8 @@ int luna_lua_gc_set_loop(luna_loop *loop, const luna_lua_gc_options *opts) {
   p = pacer_of(loop, opts != NULL);
   if (p == NULL)
     return opts != NULL ? LUNA_ENOMEM : 0;
+  if (opts != NULL && p->loop_set && same_options(opts, &p->opts))
+    return 0; /* the same settings again: see luna_lua_gc_set */
   p->loop_set = opts != NULL;
   if (opts != NULL)
     p->opts = *opts;

@@ -78,6 +78,27 @@ H.case("paced_steps_run_at_the_paced_timing_and_are_counted", function()
   testhost.fake_cost(nil)
 end)
 
+H.case("the_same_settings_given_every_frame_keep_the_pacer_going", function()
+  -- Giving the settings begins the pacer's estimates afresh; the same
+  -- ones again must not, or a script that sets them each frame (after
+  -- its allocations) never lets a cycle begin.
+  testhost.fake_cost(0.00001)
+  local A = {budget = 0.001, frame = 0.016, stop_auto = true}
+  local before = task.stats().gc
+  local keep = {}
+  for f = 1, 30 do
+    for j = 1, 2000 do keep[#keep + 1] = {j} end
+    if #keep > 20000 then keep = {} end
+    task.gc(A)
+    H.frames(1)
+  end
+  local st = task.stats().gc
+  H.truthy(st.steps - before.steps > 0, "steps ran")
+  H.truthy(st.cycles - before.cycles > 0, "cycles completed")
+  task.gc(false)
+  testhost.fake_cost(nil)
+end)
+
 H.case("gc_cannot_change_the_collector_from_a_finalizer", function()
   -- Lua ignores every collector call inside a __gc metamethod, so the
   -- settings could not be applied: the call says so instead.
