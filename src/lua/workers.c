@@ -203,6 +203,9 @@ struct luna_workers {
   worker *w;
   /* loop thread only */
   bool closed, alive, listening;
+  int delivering;        /* bell_cb or det_step on the stack: a task they
+                            resume may close the pool and let it go, which
+                            must not free it under them (pool_maybe_free) */
   job *det_head;         /* deterministic jobs outstanding, by (due, seq) */
   bool det_item_on;
   luna_item_id det_item;
@@ -1129,20 +1132,22 @@ static void deliver(luna_workers *p, job *j) {
   luna_promise_release(pr);
 }
 
-/* Wakes up to `room` tasks waiting for room (the given-up ones are skipped). */
+/* Wakes up to `room` tasks waiting for room (the given-up ones are
+   skipped), in order. Each promise is taken out of p->room before it is
+   completed: completing it resumes its task at once, and that task may
+   call again (adding to p->room) or close the pool (which releases what
+   p->room holds then), so nothing of p->room is held across a resume. */
 static void wake_room(luna_workers *p, size_t room) {
-  size_t i = 0, k;
-  while (i < p->nroom && room > 0) {
-    luna_promise *r = p->room[i++];
+  while (p->nroom > 0 && room > 0 && !p->closed) {
+    luna_promise *r = p->room[0];
+    p->nroom--;
+    memmove(p->room, p->room + 1, p->nroom * sizeof *p->room);
     if (!luna_promise_is_cancelled(r)) {
       luna__promise_complete_now(r, NULL, NULL, NULL, NULL);
       room--;
     }
     luna_promise_release(r);
   }
-  for (k = 0; i + k < p->nroom; k++)
-    p->room[k] = p->room[i + k];
-  p->nroom = k;
 }
 
 static void pool_maybe_free(luna_workers *p);
@@ -1171,19 +1176,23 @@ static void bell_cb(luna_loop *loop, void *arg) {
     p->pending = j->next;
     job_recycle(p, j);
   }
+  p->delivering++;
   while (list != NULL) {
     job *j = list;
     list = j->next;
     j->next = NULL;
     deliver(p, j);
   }
-  det_arm(p); /* after a reset dropped the det item */
+  if (!p->closed)
+    det_arm(p); /* after a reset dropped the det item */
   if (p->nroom > 0 && room > 0 && !p->closed) {
     wake_room(p, room);
     pthread_mutex_lock(&p->mu);
     p->room_wanted = p->nroom > 0;
     pthread_mutex_unlock(&p->mu);
   }
+  p->delivering--;
+  pool_maybe_free(p); /* a task resumed here closed the pool and let it go */
 }
 
 /* The repeating item at Update while deterministic jobs are outstanding:
@@ -1206,10 +1215,13 @@ static bool det_step(luna_loop *loop, void *arg) {
     while (!j->done)
       pthread_cond_wait(&p->done_cv, &p->mu);
     pthread_mutex_unlock(&p->mu);
+    p->delivering++;
     deliver(p, j);
+    p->delivering--;
   }
   if (p->det_head == NULL || p->closed) {
     p->det_item_on = false;
+    pool_maybe_free(p); /* a task resumed here closed the pool and let it go */
     return false;
   }
   return true;
@@ -1358,7 +1370,7 @@ static void pool_free(luna_workers *p) {
 /* Frees the pool once it is closed, its Pool value is gone and no bell is
    in the inbox (the workers are joined: only the loop thread is left). */
 static void pool_maybe_free(luna_workers *p) {
-  if (p->closed && !p->alive && !p->bell)
+  if (p->closed && !p->alive && !p->bell && p->delivering == 0)
     pool_free(p);
 }
 

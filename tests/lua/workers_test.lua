@@ -378,6 +378,42 @@ H.case("a string argument crosses as its bytes: binary, empty and large ones int
   H.eq({in_task(function() return task.await(job:call("len", {big, "a"})) end)}, {true, 2, 2})
 end)
 
+H.case("a task woken with room that closes the pool ends its calls, and nothing is used after", function()
+  -- With three tasks on a queue of 1, some calls await room; the wake-up
+  -- resumes a task inside the delivery, which queues its call and closes
+  -- the pool, releasing the room waits still held (an ASan build read a
+  -- freed one here before the delivery took each out first).
+  for _, waiters in ipairs{1, 3} do
+    local p = task.workers{threads = 1, queue = 1}
+    local m = p:open("workers_job")
+    local out, ts = {}, {}
+    for k = 1, waiters do
+      ts[k] = task.spawn(function()
+        -- a full queue makes a call await room; a pool closed by another
+        -- of these tasks meanwhile makes it raise
+        local okf, first = pcall(m.call, m, "echo", k)
+        local ok, second = pcall(m.call, m, "echo", -k)
+        p:close()
+        if not okf then out[k] = {false, first} return end
+        out[k] = {pcall(task.await, first)}
+        if ok then pcall(task.await, second) else H.truthy(tostring(second):find("closed"), second) end
+      end)
+    end
+    settle(function() for k = 1, waiters do if ts[k]:status() ~= "done" then return false end end return true end,
+      "the tasks that close the pool")
+    H.eq(p:stats().closed, true)
+    for k = 1, waiters do
+      H.eq(ts[k]:status(), "done", "task " .. k)
+      if out[k][1] then
+        H.eq(out[k][2], k)
+      else
+        H.truthy(task.is_cancelled(out[k][2]) or tostring(out[k][2]):find("closed"), out[k][2])
+      end
+    end
+    task.step(1 / 60)
+  end
+end)
+
 H.case("task.worker.id names the worker; the default pool is the first", function()
   local ok, id = in_task(function() return task.await(job:call("id")) end)
   H.truthy(id == 1 or id == 2)
