@@ -108,8 +108,9 @@ static inline size_t hole_to_leaf(const luna__timer *slots, bool exact, entry *a
    almost always belongs near the bottom, so the hole it leaves walks down
    to a leaf without comparing against it, and it then climbs from there,
    usually not at all (Floyd's variant of heapsort: ARITY - 1 comparisons a
-   level instead of ARITY). It may climb past pos, so this is also correct
-   when it is earlier than a[pos]'s parent (heap_remove goes up directly). */
+   level instead of ARITY). Only the root is replaced (pop_root): it may
+   climb back past pos, which is only sound where the part above pos is a
+   heap already. */
 static void sift_down(luna__timers *tm, luna__heap *h, size_t pos) {
   luna__timer *slots = tm->slots;
   entry *a = h->a, e = a[pos];
@@ -140,7 +141,9 @@ static void heap_push(luna__timers *tm, luna__heap *h, entry e) {
 
 /* Rebuilds h without its cancelled entries, freeing their slots: a pass
    that keeps the live entries in place, then Floyd's bottom-up heap
-   construction (each inner node sifted down, O(n) in all). */
+   construction (each inner node sifted down, O(n) in all). The sift here
+   is the plain one, comparing against the entry at each level: sift_down's
+   hole-to-leaf walk climbs back up, into ancestors not yet made a heap. */
 static void compact(luna__timers *tm, luna__heap *h) {
   const bool exact = SEQ_EXACT(tm);
   entry *a = h->a;
