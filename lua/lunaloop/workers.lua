@@ -17,6 +17,8 @@ local Methods = {}
 local Module = {__index = Methods, __name = "lunaloop.WorkerModule",
   __metatable = "lunaloop.WorkerModule"}
 function Module.__tostring(m) return format("WorkerModule (%s)", m.name) end
+-- ai:call's C path (src/lua/workers.c, l_workers_call)
+local call = I.workers_call_for(Module)
 
 local function describe(v)
   return type(v) == "number" and number_text(v) or type(v)
@@ -60,11 +62,13 @@ end
 
 -- Awaits room while the queue is full and hands the job over again (a
 -- caller that cannot await queues past the limit instead): p, room, job
--- are what workers_prepare returned.
-local function hand_over(p, room, job)
+-- are what workers_prepare returned; a refusal meanwhile (the pool was
+-- closed) is raised at `level` (1: hand_over's caller).
+local function hand_over(level, p, room, job)
   while p == false do
     await(room)
     p, room, job = submit(job)
+    if p == nil then error(room, level + 1) end
   end
   return p
 end
@@ -84,15 +88,24 @@ end
 -- of the arguments; the Promise resolves with copies of its results or
 -- rejects with its error and the worker's traceback.
 function Methods.call(m, fn, ...)
+  local p, room, job = call(m, fn, ...)
+  if p then return p end
+  if p == false then
+    p = hand_over(2, p, room, job)
+    return p
+  end
+  if room ~= nil then error(room, 2) end
+  -- not a Module, or fn not a string: the checks below raise
   check_module(m, "call")
-  return hand_over(job_of(m, "call", "call", fn, 2, ...))
+  p = hand_over(2, job_of(m, "call", "call", fn, 2, ...))
+  return p
 end
 
 --- ai:post(fn, ...): as call, one-way: nothing to await; an error is
 -- reported (task.on_error) instead.
 function Methods.post(m, fn, ...)
   check_module(m, "post")
-  hand_over(job_of(m, "post", "post", fn, 2, ...))
+  hand_over(2, job_of(m, "post", "post", fn, 2, ...))
 end
 
 local known_map = {chunk = true}
@@ -137,7 +150,7 @@ function Methods.map(m, fn, items, opts)
     for i = first, first + chunk - 1 > n and n or first + chunk - 1 do
       part[#part + 1] = items[i]
     end
-    promises[c] = hand_over(job_of(m, "map", "map", fn, 2, part, first))
+    promises[c] = hand_over(2, job_of(m, "map", "map", fn, 2, part, first))
   end
   local out = {}
   for c = 1, nchunks do

@@ -199,11 +199,15 @@ struct hub {
   luna__binding *b;
   luna_loop *loop; /* whose listener we are; NULL once it was freed */
   luna__pud *first, *last;
+  /* registry references (luaL_ref) to the weak table of Promise values
+     (pud -> Promise) and to the Promise metatable: an integer key is the
+     registry's array part, where making a promise looked both up by
+     hashed keys */
+  int weak_ref, mt_ref;
 };
 
 /* Registry keys: the addresses are unique in the process. */
 static const char hub_key = 'H';
-static const char weak_key = 'W';
 
 /* ---- checked accessors ------------------------------------------------------------ */
 
@@ -279,7 +283,7 @@ static void let_go(luna__pud *pud, bool tell_host) {
 /* Pushes the Promise value of pud, or returns false (nothing pushed) when
    it is unreachable and being collected. */
 static bool push_ud(lua_State *L, luna__pud *pud) {
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &weak_key);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, pud->hub->weak_ref);
   lua_rawgetp(L, -1, pud);
   lua_remove(L, -2);
   if (lua_isnil(L, -1)) {
@@ -524,10 +528,13 @@ static hub *get_hub(lua_State *L, luna__binding *b) {
   lua_pop(L, 1);
   open_metatable(L);
   luna__new_weak_table(L, "v");
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &weak_key);
+  luaL_getmetatable(L, LUNA__PROMISE_MT);
   h = (hub *)lua_newuserdatauv(L, sizeof *h, 0);
   memset(h, 0, sizeof *h);
   h->b = b;
+  lua_rotate(L, -3, 1); /* hub, weak, metatable */
+  h->mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  h->weak_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, hub_gc);
   lua_setfield(L, -2, "__gc");
@@ -720,13 +727,15 @@ static int l_gc(lua_State *L) {
 /* ---- the C API ------------------------------------------------------------------------ */
 
 LUNA_API int luna_lua_promise_new(lua_State *L, luna_timing timing, luna_promise **out) {
-  luna__binding *b;
+  if (L == NULL || out == NULL || (int)timing < 0 || (int)timing >= LUNA_TIMING_COUNT)
+    return LUNA_EINVAL;
+  return luna__promise_new_in(L, luna__get_binding(L), timing, out);
+}
+
+int luna__promise_new_in(lua_State *L, luna__binding *b, luna_timing timing, luna_promise **out) {
   luna__pud *pud;
   luna_promise *p;
   hub *h;
-  if (L == NULL || out == NULL || (int)timing < 0 || (int)timing >= LUNA_TIMING_COUNT)
-    return LUNA_EINVAL;
-  b = luna__get_binding(L);
   if (b == NULL)
     return LUNA_EINVAL;
   if (b->loop == NULL || b->closing)
@@ -737,7 +746,7 @@ LUNA_API int luna_lua_promise_new(lua_State *L, luna_timing timing, luna_promise
   /* Lua allocations first (they may raise), then the C side. */
   pud = (luna__pud *)lua_newuserdatauv(L, sizeof *pud, 2);
   memset(pud, 0, sizeof *pud);
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &weak_key);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, h->weak_ref);
   lua_pushvalue(L, -2);
   lua_rawsetp(L, -2, pud);
   lua_pop(L, 1);
@@ -762,7 +771,8 @@ LUNA_API int luna_lua_promise_new(lua_State *L, luna_timing timing, luna_promise
   else
     h->first = pud;
   h->last = pud;
-  luaL_setmetatable(L, LUNA__PROMISE_MT);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, h->mt_ref);
+  lua_setmetatable(L, -2);
   atomic_fetch_add_explicit(&live_promises, 1, memory_order_relaxed);
   *out = p;
   return 0;

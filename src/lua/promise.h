@@ -10,6 +10,8 @@
 
 #include <lua.h>
 
+#include "lunaloop/timing.h"
+
 #define LUNA__PROMISE_MT "lunaloop.Promise"
 
 /* True when the value at idx is a Promise. */
@@ -48,6 +50,13 @@ void luna__promise_detach(lua_State *L);
 struct luna_promise;
 int luna__promise_complete_now(struct luna_promise *p, int (*push)(lua_State *L, void *data),
                                void *data, void (*free_data)(void *data), const char *message);
+
+/* luna_lua_promise_new for a caller that has the binding b of L's state
+   at hand (the worker pool's calls): the same results, without looking
+   the binding up. */
+typedef struct luna__binding luna__binding;
+int luna__promise_new_in(lua_State *L, luna__binding *b, luna_timing timing,
+                         struct luna_promise **out);
 
 /* Promises allocated and not yet freed in this process (tests use it to
    check that nothing leaked, also under ThreadSanitizer). */

@@ -837,6 +837,17 @@ void luna__pump(luna__binding *b) {
     pump_ready(b);
 }
 
+bool luna__pump_hold(luna__binding *b) {
+  bool held = b->pumping;
+  b->pumping = true;
+  return held;
+}
+
+void luna__pump_release(luna__binding *b, bool held) {
+  b->pumping = held;
+  luna__pump(b);
+}
+
 /* Resumes t now, then, at the outermost level, everything it woke. */
 static LUNA__ALWAYS_INLINE void run_now(luna__binding *b, luna__task *t, int nargs) {
   resume(b, t, nargs);

@@ -203,6 +203,14 @@ void luna__preallocate(lua_State *L, luna__binding *b);
 void luna__ring_free(luna__binding *b, luna__ring *r);
 /* Resumes the ready queue if nothing else is resuming. */
 void luna__pump(luna__binding *b);
+/* Holds the ready queue: tasks woken until luna__pump_release are queued
+   and not resumed, so a delivery that settles many promises at once
+   settles them all before the first awaiter runs (which then finds the
+   rest settled instead of yielding for each). Returns what to pass to
+   luna__pump_release, which resumes the queue once nothing else holds it.
+   Wake-up order is unchanged. */
+bool luna__pump_hold(luna__binding *b);
+void luna__pump_release(luna__binding *b, bool held);
 /* Cancels t (returns after it unwound unless called during an unwinding). */
 void luna__cancel(luna__binding *b, luna__task *t);
 /* Raises the cancellation error in t once at its current or next await,

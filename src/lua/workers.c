@@ -181,6 +181,8 @@ struct luna_workers {
   size_t running;
   int sleeping;     /* workers inside pthread_cond_wait(work_cv) */
   int spinning;     /* workers polling for a job after one (wait_for_work) */
+  int max_spinning; /* at most this many poll at once: the cores less the
+                       loop thread's (at least 1) */
   job *dhead, *dtail;
   bool bell;        /* a bell_cb is in the inbox */
   bool room_wanted; /* tasks wait for room: ring the bell when a job is taken */
@@ -727,7 +729,17 @@ static int run_protected(lua_State *W) {
   }
   if (j->kind == JOB_POST)
     return 0;
-  snprintf(what, sizeof what, "%s.%s", j->names, j->fn);
+  {
+    /* "module.fn" (names are "module\0fn\0"): the results' messages */
+    size_t mlen = (size_t)(j->fn - 1 - j->names), flen = strlen(j->fn);
+    if (mlen + flen + 2 <= sizeof what) {
+      memcpy(what, j->names, mlen);
+      what[mlen] = '.';
+      memcpy(what + mlen + 1, j->fn, flen + 1);
+    } else {
+      snprintf(what, sizeof what, "%s.%s", j->names, j->fn);
+    }
+  }
   st = encode_values(W, base + 1, n, what, "result %d", NULL, NULL, &j->res, &j->res_len,
                      &j->res_cap, &w->scratch, &w->scratch_cap);
   if (st != LUA_OK)
@@ -894,7 +906,7 @@ static bool spin_for_work(luna_workers *p, uint64_t deadline) {
    whose jobs come a frame apart (where no poll pays); a poll that pays
    earns it back as fast. */
 static void wait_for_work(luna_workers *p, worker *w, bool spin) {
-  if (spin && !p->stopping && p->qhead == NULL) {
+  if (spin && !p->stopping && p->qhead == NULL && p->spinning < p->max_spinning) {
     uint64_t deadline = monotonic_ns() + w->spin_ns;
     bool seen = true;
     p->spinning++;
@@ -1177,11 +1189,17 @@ static void bell_cb(luna_loop *loop, void *arg) {
     job_recycle(p, j);
   }
   p->delivering++;
-  while (list != NULL) {
-    job *j = list;
-    list = j->next;
-    j->next = NULL;
-    deliver(p, j);
+  {
+    /* every result of the batch settles before the first awaiter runs: a
+       task awaiting them in turn finds the rest settled (W7 pipelined) */
+    bool held = luna__pump_hold(p->b);
+    while (list != NULL) {
+      job *j = list;
+      list = j->next;
+      j->next = NULL;
+      deliver(p, j);
+    }
+    luna__pump_release(p->b, held);
   }
   if (!p->closed)
     det_arm(p); /* after a reset dropped the det item */
@@ -1463,6 +1481,7 @@ LUNA_API int luna_workers_new(lua_State *L, const luna_workers_config *cfg, luna
   p->loop = b->loop;
   p->b = b;
   p->nthreads = c.threads;
+  p->max_spinning = online_cores() > 1 ? online_cores() - 1 : 1;
   p->cap = c.queue;
   p->memory_limit = c.memory_limit;
   p->instructions = c.instructions;
@@ -1745,6 +1764,14 @@ static const char *const kind_names[] = {"call", "post", "map", NULL};
 
 static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud);
 
+/* nil and the message of a call on a closed pool: returned, for the Lua
+   side to raise at the user's line. */
+static int closed_refusal(lua_State *L) {
+  lua_pushnil(L);
+  lua_pushliteral(L, "task.workers: " CLOSED_MSG);
+  return 2;
+}
+
 /* Takes j off p's pending list. */
 static void unpend(luna_workers *p, job *j) {
   job **at = &p->pending;
@@ -1754,24 +1781,16 @@ static void unpend(luna_workers *p, job *j) {
   j->next = NULL;
 }
 
-/* workers_prepare(pool, kind, module, fn, instructions, deliver_frame,
-   what, ...) -> Promise | true (a post) | nil, message | false, room, Job:
-   copies the arguments now (a refusal is returned, for the caller to raise
-   at the user's line) and hands the job to the pool as workers_submit
-   does. Only a job that must wait for room gets a Job handle (userdata):
-   the usual call allocates no Lua value but its Promise. */
-static int l_workers_prepare(lua_State *L) {
-  luna_workers *p = check_pool(L, 1, true);
-  int kind = luaL_checkoption(L, 2, NULL, kind_names);
-  size_t mlen, flen;
-  const char *mod = luaL_checklstring(L, 3, &mlen);
-  const char *fn = luaL_checklstring(L, 4, &flen);
-  lua_Integer instr = luaL_optinteger(L, 5, -1);
-  lua_Integer det = luaL_optinteger(L, 6, 0);
-  const char *what = luaL_checkstring(L, 7);
-  int nargs = lua_gettop(L) - 7;
-  job *j;
-  j = job_take(p);
+/* Makes a job of kind `kind` for module.fn with the nargs values at L's
+   index `first` as its arguments (copied now; `what` begins the messages
+   of a refusal) and hands it to the pool as workers_submit does: pushes
+   what hand_over pushes, or nil and the message of a refusal (for the
+   caller to raise at the user's line). instr < 0: the pool's budget;
+   det > 0: delivered det frames after this one. */
+static int prepare_job(lua_State *L, luna_workers *p, int kind, const char *mod, size_t mlen,
+                       const char *fn, size_t flen, lua_Integer instr, lua_Integer det,
+                       const char *what, int first, int nargs) {
+  job *j = job_take(p);
   if (j == NULL)
     return luaL_error(L, "not enough memory");
   /* pending until it is handed over or has a Job handle (a finalizer
@@ -1793,7 +1812,7 @@ static int l_workers_prepare(lua_State *L) {
     j->due = luna__loop_frame(p->loop) + (uint64_t)det;
   }
   j->seq = ++p->seq;
-  if (encode_values(L, 8, nargs, what, "argument %d", kind == JOB_MAP ? "items" : NULL, j,
+  if (encode_values(L, first, nargs, what, "argument %d", kind == JOB_MAP ? "items" : NULL, j,
                     &j->args, &j->args_len, &j->args_cap, &p->scratch,
                     &p->scratch_cap) != LUA_OK) {
     unpend(p, j);
@@ -1805,6 +1824,78 @@ static int l_workers_prepare(lua_State *L) {
   return hand_over(L, p, j, NULL);
 }
 
+/* workers_prepare(pool, kind, module, fn, instructions, deliver_frame,
+   what, ...) -> Promise | true (a post) | nil, message | false, room, Job:
+   copies the arguments now (a refusal is returned, for the caller to raise
+   at the user's line) and hands the job to the pool as workers_submit
+   does. Only a job that must wait for room gets a Job handle (userdata):
+   the usual call allocates no Lua value but its Promise. */
+static int l_workers_prepare(lua_State *L) {
+  luna_workers *p = check_pool(L, 1, false);
+  int kind = luaL_checkoption(L, 2, NULL, kind_names);
+  size_t mlen, flen;
+  const char *mod = luaL_checklstring(L, 3, &mlen);
+  const char *fn = luaL_checklstring(L, 4, &flen);
+  lua_Integer instr = luaL_optinteger(L, 5, -1);
+  lua_Integer det = luaL_optinteger(L, 6, 0);
+  const char *what = luaL_checkstring(L, 7);
+  if (p->closed)
+    return closed_refusal(L);
+  return prepare_job(L, p, kind, mod, mlen, fn, flen, instr, det, what, 8, lua_gettop(L) - 7);
+}
+
+/* The C path of ai:call (workers.lua), a closure over the Module
+   metatable: call(m, fn, ...) -> what workers_prepare returns for a call,
+   or nothing when m is not a Module or fn not a string (the caller then
+   raises the argument error). One C call instead of the Lua checks and
+   workers_prepare's eight arguments: the loop thread's share of a
+   pipelined empty job (W7) is mostly this and the delivery. */
+static int l_workers_call(lua_State *L) {
+  int nargs = lua_gettop(L) - 2;
+  luna_workers *p;
+  size_t mlen, flen;
+  const char *mod, *fn;
+  lua_Integer instr, det;
+  const char *what;
+  char buf[80];
+  if (nargs < 0 || !lua_getmetatable(L, 1))
+    return 0;
+  if (!lua_rawequal(L, -1, lua_upvalueindex(1)) || lua_type(L, 2) != LUA_TSTRING)
+    return 0;
+  lua_pop(L, 1);
+  fn = lua_tolstring(L, 2, &flen);
+  /* the Module's fields, left on the stack above the arguments (open made
+     them: pool, name, and the two optional integers) */
+  lua_getfield(L, 1, "pool");
+  p = check_pool(L, -1, false);
+  if (p->closed)
+    return closed_refusal(L);
+  lua_getfield(L, 1, "name");
+  mod = lua_tolstring(L, -1, &mlen);
+  lua_getfield(L, 1, "instructions");
+  instr = luaL_optinteger(L, -1, -1);
+  lua_getfield(L, 1, "deliver_frame");
+  det = luaL_optinteger(L, -1, 0);
+  if (mod == NULL)
+    return luaL_error(L, "task.workers: the module handle has no name");
+  if (mlen + sizeof ":call" <= sizeof buf) { /* no Lua string for the usual name */
+    memcpy(buf, mod, mlen);
+    memcpy(buf + mlen, ":call", sizeof ":call");
+    what = buf;
+  } else {
+    what = lua_pushfstring(L, "%s:call", mod);
+  }
+  return prepare_job(L, p, JOB_CALL, mod, mlen, fn, flen, instr, det, what, 3, nargs);
+}
+
+/* workers_call_for(Module) -> call: l_workers_call over that metatable. */
+static int l_workers_call_for(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  lua_pushcclosure(L, l_workers_call, 1);
+  return 1;
+}
+
 static void det_insert(luna_workers *p, job *j) {
   job **at = &p->det_head;
   while (*at != NULL && ((*at)->due < j->due || ((*at)->due == j->due && (*at)->seq < j->seq)))
@@ -1813,15 +1904,16 @@ static void det_insert(luna_workers *p, job *j) {
   *at = j;
 }
 
-/* workers_submit(job) -> Promise | true (a post) | false, room, job: hands
-   a job that waited for room to the pool again. */
+/* workers_submit(job) -> Promise | true (a post) | false, room, job |
+   nil, message (the pool was closed meanwhile): hands a job that waited
+   for room to the pool again. */
 static int l_workers_submit(lua_State *L) {
   job_ud *ud = (job_ud *)luaL_checkudata(L, 1, JOB_MT);
   job *j = ud->j;
   if (j == NULL)
     return luaL_error(L, "task.workers: the job was submitted already");
   if (j->pool->closed)
-    return luaL_error(L, "task.workers: " CLOSED_MSG);
+    return closed_refusal(L);
   return hand_over(L, j->pool, j, ud);
 }
 
@@ -1854,7 +1946,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud) {
       p->room = a;
       p->room_cap = cap;
     }
-    rc = luna_lua_promise_new(L, LUNA_UPDATE, &pr);
+    rc = luna__promise_new_in(L, p->b, LUNA_UPDATE, &pr);
     if (rc != 0)
       return luaL_error(L, "task.workers: cannot wait for room: %s", luna_strerror(rc));
     p->room[p->nroom++] = pr;
@@ -1868,7 +1960,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud) {
     return 3;
   }
   if (j->kind != JOB_POST) {
-    rc = luna_lua_promise_new(L, LUNA_UPDATE, &pr);
+    rc = luna__promise_new_in(L, p->b, LUNA_UPDATE, &pr);
     if (rc != 0)
       return luaL_error(L, "task.workers: cannot make the promise: %s", luna_strerror(rc));
     j->promise = pr;
@@ -2050,4 +2142,5 @@ const luaL_Reg luna__workers_internals[] = {
     {"workers_pool_methods", l_workers_pool_methods},
     {"workers_new", l_workers_new},         {"workers_default", l_workers_default},
     {"workers_prepare", l_workers_prepare}, {"workers_submit", l_workers_submit},
-    {"workers_share", l_workers_share},     {NULL, NULL}};
+    {"workers_share", l_workers_share},     {"workers_call_for", l_workers_call_for},
+    {NULL, NULL}};

@@ -296,6 +296,55 @@ H.case("closing a pool with pending jobs gives every awaiting task the cancellat
   H.eq(p2:stats().closed, true)
 end)
 
+H.case("results that arrive together are all settled before the first awaiter resumes", function()
+  local p = task.workers{threads = 1, queue = 8}
+  local m = p:open("workers_job")
+  local ps, seen
+  local t = task.spawn(function()
+    ps = {}
+    for i = 1, 5 do ps[i] = m:call("echo", i) end
+    H.eq({task.await(ps[1])}, {1})
+    seen = {}
+    for i = 2, 5 do seen[i - 1] = ps[i]:status() end
+  end)
+  -- no frame runs until the worker finished all five: one delivery brings them
+  local start = os.time()
+  while p:stats().completed < 5 do
+    if os.time() - start > 20 then error("timed out waiting for the worker") end
+  end
+  settle(function() return seen ~= nil end, "the first result")
+  H.eq(seen, {"done", "done", "done", "done"})
+  H.eq(t:status(), "done")
+  p:close()
+end)
+
+H.case("a call or post on a closed pool raises at the caller's line, also after awaiting room", function()
+  local here = debug.getinfo(1, "S").short_src
+  local p = task.workers{threads = 1, queue = 1}
+  local m = p:open("workers_job")
+  local line = {}
+  local ok, errs = in_task(function()
+    local first = m:call("until_cancelled", 1e12) -- holds the worker: the queue fills
+    local second = m:call("echo", 2)
+    task.spawn(function() task.yield(); p:close() end)
+    local e = {}
+    -- the third call awaits room; the pool closes meanwhile
+    line.room = debug.getinfo(1, "l").currentline + 1
+    e.room = select(2, pcall(function() local _ = m:call("echo", 3) end))
+    line.call = debug.getinfo(1, "l").currentline + 1
+    e.call = select(2, pcall(function() local _ = m:call("echo", 4) end))
+    line.post = debug.getinfo(1, "l").currentline + 1
+    e.post = select(2, pcall(function() m:post("echo", 5) end))
+    line.map = debug.getinfo(1, "l").currentline + 1
+    e.map = select(2, pcall(function() local _ = m:map("echo", {1, 2}) end))
+    return e
+  end)
+  H.eq(ok, true)
+  for _, k in ipairs{"room", "call", "post", "map"} do
+    H.eq(errs[k], here .. ":" .. line[k] .. ": task.workers: the worker pool is closed", k)
+  end
+end)
+
 H.case("a warm call allocates nothing on the loop thread but its Promise", function()
   -- 10,000 calls warm the pool's spare job records and buffers; then each
   -- empty call and its await make exactly one Lua allocation: the Promise
