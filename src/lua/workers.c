@@ -212,8 +212,10 @@ struct luna_workers {
   bool det_item_on;
   luna_item_id det_item;
   uint64_t seq;
-  luna_promise **room;   /* tasks waiting for room, in order */
-  size_t nroom, room_cap;
+  luna_promise **room;   /* tasks waiting for room, in order: room[room_head]
+                            up to room[nroom - 1] (wake_room takes from the
+                            head, so waking n of them is O(n)) */
+  size_t room_head, nroom, room_cap;
   job *spare;            /* finished job records kept for reuse (with their buffers) */
   job *pending;          /* jobs workers_prepare is making, linked by next: one
                             an allocation's raise left there is reclaimed at
@@ -1150,10 +1152,10 @@ static void deliver(luna_workers *p, job *j) {
    call again (adding to p->room) or close the pool (which releases what
    p->room holds then), so nothing of p->room is held across a resume. */
 static void wake_room(luna_workers *p, size_t room) {
-  while (p->nroom > 0 && room > 0 && !p->closed) {
-    luna_promise *r = p->room[0];
-    p->nroom--;
-    memmove(p->room, p->room + 1, p->nroom * sizeof *p->room);
+  while (p->room_head < p->nroom && room > 0 && !p->closed) {
+    luna_promise *r = p->room[p->room_head++];
+    if (p->room_head == p->nroom)
+      p->room_head = p->nroom = 0;
     if (!luna_promise_is_cancelled(r)) {
       luna__promise_complete_now(r, NULL, NULL, NULL, NULL);
       room--;
@@ -1203,10 +1205,10 @@ static void bell_cb(luna_loop *loop, void *arg) {
   }
   if (!p->closed)
     det_arm(p); /* after a reset dropped the det item */
-  if (p->nroom > 0 && room > 0 && !p->closed) {
+  if (p->room_head < p->nroom && room > 0 && !p->closed) {
     wake_room(p, room);
     pthread_mutex_lock(&p->mu);
-    p->room_wanted = p->nroom > 0;
+    p->room_wanted = p->room_head < p->nroom;
     pthread_mutex_unlock(&p->mu);
   }
   p->delivering--;
@@ -1337,12 +1339,12 @@ static void pool_close(luna_workers *p, bool complete) {
     det = j->det_next;
     end_job(j, complete);
   }
-  for (k = 0; k < p->nroom; k++) {
+  for (k = p->room_head; k < p->nroom; k++) {
     if (complete)
       luna_promise_resolve(p->room[k], NULL, NULL, NULL);
     luna_promise_release(p->room[k]);
   }
-  p->nroom = 0;
+  p->room_head = p->nroom = 0;
   for (i = 0; i < p->nthreads; i++) {
     worker *w = &p->w[i];
     if (w->W != NULL) {
@@ -1937,6 +1939,11 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud) {
       unpend(p, j);
     } else {
       lua_pushvalue(L, 1);
+    }
+    if (p->nroom == p->room_cap && p->room_head > 0) { /* slide the waiting ones down */
+      memmove(p->room, p->room + p->room_head, (p->nroom - p->room_head) * sizeof *p->room);
+      p->nroom -= p->room_head;
+      p->room_head = 0;
     }
     if (p->nroom == p->room_cap) {
       size_t cap = p->room_cap ? p->room_cap * 2 : 8;

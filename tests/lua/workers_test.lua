@@ -296,6 +296,30 @@ H.case("closing a pool with pending jobs gives every awaiting task the cancellat
   H.eq(p2:stats().closed, true)
 end)
 
+H.case("many tasks waiting for room each get their turn, with every result right", function()
+  -- 40 tasks on a queue of 2: the room waits are woken from the head of
+  -- their list while new ones are added behind (growing and sliding it)
+  local p = task.workers{threads = 1, queue = 2}
+  local m = p:open("workers_job")
+  local got, ts = {}, {}
+  for k = 1, 40 do
+    ts[k] = task.spawn(function()
+      local ps = {}
+      for i = 1, 3 do ps[i] = m:call("echo", k * 10 + i) end
+      local r = {}
+      for i = 1, 3 do r[i] = task.await(ps[i]) end
+      got[k] = r
+    end)
+  end
+  settle(function() for k = 1, 40 do if got[k] == nil then return false end end return true end,
+    "the 120 calls")
+  for k = 1, 40 do H.eq(got[k], {k * 10 + 1, k * 10 + 2, k * 10 + 3}, "task " .. k) end
+  local s = p:stats()
+  H.truthy(s.waited >= 40, "calls waited for room: " .. s.waited)
+  H.eq(s.completed, 120)
+  p:close()
+end)
+
 H.case("results that arrive together are all settled before the first awaiter resumes", function()
   local p = task.workers{threads = 1, queue = 8}
   local m = p:open("workers_job")
