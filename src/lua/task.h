@@ -143,6 +143,13 @@ _Static_assert(offsetof(luna__task, on.timer.node) == offsetof(luna__task, on.it
                    offsetof(luna__task, on.timer.node) == offsetof(luna__task, on.ready.next) &&
                    offsetof(luna__task, on.timer.node) == offsetof(luna__task, on.await.target),
                "the timer node's word is shared only with pointers");
+/* On 32-bit targets a pointer covers half of the word, a member's second
+   field the other: the word stays even only where the pointer's half holds
+   the low-order bits. */
+#if UINTPTR_MAX != UINT64_MAX && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "lunaloop: the task record's timer node needs a little-endian target when pointers are 32 bits"
+#endif
 
 /* A first-in first-out ring of tasks that grows through the state's
    allocator (the host's, or a mod's capped one), doubling: steady state
