@@ -196,12 +196,13 @@ int luna__loop_cancel_timer_node(luna_loop *loop, luna__timer_node *node);
    it frees its records. */
 void luna__loop_sweep_timers(luna_loop *loop);
 
-/* Warming ahead of a timer's call. Firing timers prefetches the argument
-   of the timer after the next one; a client whose timer callback `fn`
-   takes an argument that points at more cold memory (a Lua task and its
-   coroutine) names it here, and `warm` is called with the argument of the
-   next timer with that fn just before the call before it, when the
-   argument is in cache, to prefetch what it points to. Timers fire in
+/* Warming ahead of a timer's call. Firing timers prefetches the node (or
+   the slot) of the timer after the next one; a client whose timer callback
+   `fn` takes an argument that points at more cold memory (a node in a Lua
+   task's record, and its coroutine) names it here, and `warm` is called
+   with the argument of the next live timer with that fn just before the
+   call before it, when the argument is in cache, to prefetch what it
+   points to. Timers fire in
    deadline order, which for sleeping tasks is a random walk over memory;
    continuations run in the order they were queued, mostly the order the
    tasks were made in, which the hardware prefetcher follows, so they are
