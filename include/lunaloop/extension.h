@@ -140,12 +140,69 @@ static inline int luna__loop_enqueue(luna_loop *loop, luna_timing timing, luna_f
 int luna__loop_add_timer(luna_loop *loop, luna_timing timing, luna_timer_kind kind,
                          int64_t deadline, luna_fn fn, void *arg, luna_timer_id *out);
 
-/* Warming ahead of a timer's call. Firing timers prefetches the argument
-   of the timer after the next one; a client whose timer callback `fn`
-   takes an argument that points at more cold memory (a Lua task and its
-   coroutine) names it here, and `warm` is called with the argument of the
-   next timer with that fn just before the call before it, when the
-   argument is in cache, to prefetch what it points to. Timers fire in
+/* ---- timers held by their owner ------------------------------------------ */
+
+/* A timer node: a timer whose state is one word in memory its owner keeps
+   (the Lua binding's task record), so that a timer takes no slot of the
+   core's, only its heap entry (32 bytes on 64-bit targets). The word is
+   the stamp of the node's current arming while it is armed (odd: a unique
+   creation sequence, the heap and a set low bit) and 0 once it fired or was
+   cancelled. The core has no pointer from the node to its entry: a
+   cancelled node's entry stays in its heap until a run pops it or the heap
+   is rebuilt, and is skipped then because its stamp no longer matches the
+   node's word, so a node may be armed again at once (after firing, inside
+   its own callback, or after a cancel) and its old entry can never fire it.
+
+   The owner's part, because a cancelled entry may still read the word:
+   - from the first arming on, the word must hold what the core writes
+     there (a stamp or 0) or an even value (an aligned pointer, NULL): never
+     an odd value of the owner's, which a stale entry could take for its
+     stamp. The binding keeps it in a union whose other members begin with
+     pointers (task.h);
+   - before the node's memory is freed or used for anything else, the node
+     must be cancelled (or have fired) and luna__loop_sweep_timers called:
+     afterwards no entry refers to it. Neither is needed when the loop is
+     freed first (luna_loop_free reads no node).
+   A node is not armed twice at once: cancel it first. */
+typedef struct luna__timer_node {
+  uint64_t word; /* the core's: see above */
+} luna__timer_node;
+
+/* True while the node is armed (neither fired nor cancelled since). */
+static inline bool luna__timer_node_armed(const luna__timer_node *node) {
+  return (node->word & 1u) != 0;
+}
+
+/* Arms `node` (not armed) to call fn(loop, node) at the first run of
+   `timing` at which the clock of `kind` reaches `deadline`, as
+   luna_timer_add does (same ordering: deadline, then creation, with the
+   handle timers; same clamping). The word is written at once; the node is
+   disarmed just before its call. 0, or LUNA_ENOMEM (the heap could not
+   grow: nothing changed, fn never runs). Loop thread only; timing, kind
+   and fn are not checked. */
+int luna__loop_add_timer_node(luna_loop *loop, luna_timing timing, luna_timer_kind kind,
+                              int64_t deadline, luna_fn fn, luna__timer_node *node);
+
+/* Cancels an armed node: 0, or LUNA_ENOENT when it is not armed (it fired,
+   was cancelled or never armed). O(1) amortized: its entry is only left
+   behind (a heap is rebuilt without such entries once they are more than
+   half of it). A node collected by the run firing now and not yet called
+   is not called. */
+int luna__loop_cancel_timer_node(luna_loop *loop, luna__timer_node *node);
+
+/* Drops every cancelled entry from every heap, reading every entry's node:
+   after it, no entry refers to a node that is not armed, so their memory
+   may be freed (see above). O(timers). The binding calls it once, before
+   it frees its records. */
+void luna__loop_sweep_timers(luna_loop *loop);
+
+/* Warming ahead of a timer's call. Firing timers prefetches the node (or
+   the slot) of the timer after the next one; a client whose timer callback
+   `fn` takes an argument that points at more cold memory (a node in a Lua
+   task's record, and its coroutine) names it here, and `warm` is called
+   with the argument of the next live timer with that fn just before the
+   call before it, when the argument is in cache, to prefetch what it
+   points to. Timers fire in
    deadline order, which for sleeping tasks is a random walk over memory;
    continuations run in the order they were queued, mostly the order the
    tasks were made in, which the hardware prefetcher follows, so they are

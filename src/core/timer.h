@@ -3,36 +3,38 @@
 **
 ** One min-heap per (timing, kind), keyed by (deadline, creation sequence),
 ** so ties break in creation order and a run only touches the timers that
-** fire: O(log n) each, nothing for those still pending. Timers live in one
-** slab of slots shared by every heap. Handles are {slot index +
-** generation}: a fired or cancelled timer's slot gets a new generation, so a
-** stale handle is LUNA_ENOENT.
+** fire: O(log n) each, nothing for those still pending. A timer is of one
+** of two sorts, in the same heaps:
+** - a node (lunaloop/extension.h): one word in its owner's memory (the Lua
+**   binding keeps it in the task record), holding the stamp of its current
+**   arming; the heap entry points at the node and carries the stamp, and
+**   is live while the two agree;
+** - a handle timer (luna_timer_add): a 16-byte slot of the core's slab
+**   {pos, gen, arg}, whose handle is {slot index + generation}; a fired or
+**   cancelled timer's slot gets a new generation, so a stale handle is
+**   LUNA_ENOENT. The slot is freed when its entry leaves the heap.
 **
-** Cancelling is O(1) and writes only the slot: the timer is marked (fn =
-** NULL, a new generation) and its entry stays in the heap until a run pops
-** it (and frees the slot without calling anything) or the heap is rebuilt
-** without its cancelled entries, which happens once they are more than half
-** of it (and at least 64): at most twice the live timers' entries, O(1)
-** amortized per cancellation. So no slot records where its entry is, and a
-** sift writes only the heap array (a timeout that usually loses its race,
-** cancelled each time, no longer pays a sift for it).
+** Cancelling is O(1) and writes only the node's word or the slot: its
+** entry stays where it is (in the heap, or among a run's due entries)
+** until a run pops it, skipping it, or the heap is rebuilt without its
+** cancelled entries, which happens once they are more than half of the
+** entries (and at least 64): at most about twice the live timers' entries,
+** O(1) amortized per cancellation. So nothing records where an entry is,
+** and a sift writes only the heap array.
 **
-** The heaps are 4-ary and hold the key next to the slot index: a 16-byte
-** luna__heap_entry {deadline, slot, low 32 bits of the sequence}, so a sift
-** compares entries that sit side by side (the four children of a node fill
-** one cache line, given 16-byte aligned memory) instead of reading a slot
-** at a random place for every comparison. Removing the earliest walks the hole down to a leaf
-** (Floyd's variant) while prefetching the next level. Equal deadlines break
-** on the entries' 32-bit sequences, which are the whole sequence while
-** fewer than 2^32 timers have ever been created; after that, ties read the
-** slots' full sequence (a wrapping 32-bit comparison would not be sound: a
-** timer may live while 2^32 others are created).
+** The heaps are 4-ary and each entry holds everything a sift and a call
+** need: a 32-byte luna__heap_entry {deadline, stamp, node or slot, fn}. A
+** sift compares entries that sit side by side (the four children of a
+** node fill two cache lines) and never reads a node or a slot; the stamp's
+** 56-bit sequence breaks ties on its own (no wrap in practice). Removing
+** the earliest walks the hole down to a leaf (Floyd's variant) while
+** prefetching the next level.
 **
-** Memory: 32 bytes a slot plus 16 in its heap, 48 bytes a timer (a
-** cancelled one's until it is popped or compacted away): the key
-** in the heap entry costs 8 bytes a timer more than bare indices would, and
-** buys sifts that read no slot. The arrays double when they grow and are
-** kept, so adding allocates only on growth. A heap's array has up to 3 entries of slack for the alignment.
+** Memory: a node timer is its 32-byte entry (and the owner's 8-byte word);
+** a handle timer is 16 bytes of slot plus its entry, 48 bytes (a cancelled
+** one's until it is popped or compacted away). The arrays double when they
+** grow and are kept, so adding allocates only on growth. A heap's array has
+** up to 3 entries of slack for the alignment.
 **
 ** Firing collects first, then calls: every due timer of the timing is
 ** popped, across kinds in the order frame, scaled, unscaled, realtime,
@@ -40,9 +42,13 @@
 ** collected at the end of its own array, past the heap, in the order of
 ** their calls (the "due" entries, which keep their deadlines so that a stop
 ** can push them back); timers created since the run began are set aside and
-** pushed back at once, and cancelled ones popped are freed. Then the kinds
-** are called in order. A collected timer cancelled before its turn is
-** skipped the same way.
+** pushed back at once. Collecting reads no node and no slot: a cancelled
+** entry popped is among the due ones, and the calls skip it (as they skip
+** one cancelled after it was collected).
+**
+** A node's memory is its owner's: the rule that keeps a stale entry from
+** reading freed memory (cancel, then luna__loop_sweep_timers, before
+** freeing) is in lunaloop/extension.h.
 **
 ** Loop thread only.
 */
@@ -55,36 +61,36 @@
 
 #include "alloc.h"
 #include "slots.h"
+#include "lunaloop/extension.h"
 #include "lunaloop/loop.h"
 
-/* A timer's slot (slots.h: pos and gen come first). */
+/* A handle timer's slot (slots.h: pos and gen come first). */
 typedef struct luna__timer {
-  /* Free: next free slot (index + 1), 0 ends the list; unused otherwise. */
+  /* Free: next free slot (index + 1), 0 ends the list. In use: (heap
+     number << 1) | 1 while the timer is live, 0 once it is cancelled (its
+     entry not yet dropped). */
   uint32_t pos;
   uint32_t gen;     /* bumped when the timer fires or is cancelled */
-  /* (seq << 8) | heap number (timing * LUNA_TIMER_KIND_COUNT + kind, bits
-     0-6) | bit 7 while among a run's due entries (timer.c, META_DUE).
-     Within one heap the low byte of the entries still in it is equal, so
-     comparing whole meta values compares creation sequences (56 bits:
-     never wraps). */
-  uint64_t meta;
-  luna_fn fn;       /* NULL: free, or cancelled (its entry not yet popped) */
   void *arg;
 } luna__timer;
 
-/* The deadline is here and nowhere else: a sift reads only entries. */
+/* What a sift and a call read: nothing else. */
 typedef struct luna__heap_entry {
   luna_ns deadline; /* absolute, on the kind's clock; clamped */
-  uint32_t slot;    /* index in luna__timers.slots */
-  uint32_t seq;     /* the creation sequence's low 32 bits */
+  /* (seq << 8) | (heap number << 1) | 1: within one heap the low byte is
+     equal, so comparing stamps compares creation sequences (56 bits). A
+     node timer is live while its node's word equals it. */
+  uint64_t stamp;
+  uintptr_t ref;    /* the node's address (even), or (slot index << 1) | 1 */
+  luna_fn fn;
 } luna__heap_entry;
 
 #define LUNA__TIMER_HEAPS (LUNA_TIMING_COUNT * LUNA_TIMER_KIND_COUNT)
-_Static_assert(LUNA__TIMER_HEAPS <= 128, "a heap number must fit bits 0-6 of luna__timer.meta");
+_Static_assert(LUNA__TIMER_HEAPS <= 128, "a heap number must fit bits 1-7 of a stamp");
 
-/* a[0, n) is the heap (a[0] the earliest), `dead` of its entries
-   cancelled; a[cap - due, cap) the timers a run collected and has not
-   called yet, next first. n + due <= cap always, so pushing collected
+/* a[0, n) is the heap (a[0] the earliest); a[cap - due, cap) the timers a
+   run collected and has not called yet, next first; `dead` of the entries
+   of both are cancelled. n + due <= cap always, so pushing collected
    timers back never allocates. */
 typedef struct luna__heap {
   luna__heap_entry *a; /* `off` entries into its allocation (heap_grow) */
@@ -92,13 +98,14 @@ typedef struct luna__heap {
   size_t cap;    /* entries from a to the end of the allocation */
   size_t live;   /* in the heap, or collected and neither called nor
                     cancelled: what luna__timers_count reports */
-  size_t dead;   /* entries of a[0, n) whose timer was cancelled */
-  uint32_t due;  /* collected, at the end of a (fewer than the slots) */
+  size_t dead;   /* entries (heap or due) whose timer was cancelled */
+  uint32_t due;  /* collected, at the end of a (a heap holds fewer than
+                    2^32 entries: heap_grow refuses more) */
   uint32_t off;  /* 0 to 3 */
 } luna__heap;
 
 typedef struct luna__timers {
-  luna__timer *slots;
+  luna__timer *slots; /* the handle timers' */
   luna__slab slab;    /* hands out the slots' indices (slots.h) */
   uint64_t seq;       /* creation sequence of the next timer */
   luna__heap heaps[LUNA__TIMER_HEAPS];
@@ -107,8 +114,10 @@ typedef struct luna__timers {
 void luna__timers_init(luna__timers *tm);
 
 /* luna_timer_add once its arguments are checked is luna__loop_add_timer
-   (lunaloop/extension.h), defined in timer.c: the binding's awaits call it
-   directly, with no wrapper between them and the heap. */
+   (lunaloop/extension.h), defined in timer.c, and so are the node timers'
+   luna__loop_add_timer_node, luna__loop_cancel_timer_node and
+   luna__loop_sweep_timers: the binding's awaits call them directly, with
+   no wrapper between them and the heap. */
 
 /* luna_timer_cancel: 0 or LUNA_ENOENT. */
 int luna__timers_cancel(luna__timers *tm, luna_timer_id id);
@@ -143,7 +152,8 @@ bool luna__timers_fire(luna__timers *tm, int timing,
 /* Timers pending at `timing`. */
 size_t luna__timers_count(const luna__timers *tm, int timing);
 
-/* Drops every timer without calling it (luna_loop_reset); handles go stale. */
+/* Drops every timer without calling it (luna_loop_reset); handles go
+   stale and armed nodes are disarmed (their words set to 0). */
 void luna__timers_drop(luna__timers *tm);
 
 void luna__timers_free(luna__timers *tm, const luna__alloc *a);

@@ -349,9 +349,9 @@ static inline luna__task *await_task(lua_State *L, const char *what) {
 
 static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
                      luna_timer_kind kind, int64_t deadline) {
-  /* luna_timer_add without its checks: timing and kind are valid here. */
-  int rc = luna__loop_add_timer(t->b->loop, timing, kind, deadline, luna__timer_cb, t,
-                                &t->on.timer.id);
+  /* A timer in the record: timing and kind are valid here. */
+  int rc = luna__loop_add_timer_node(t->b->loop, timing, kind, deadline, luna__timer_cb,
+                                     &t->on.timer.node);
   if (rc != 0)
     return luaL_error(L, "lunaloop: cannot add a timer: %s", luna_strerror(rc));
   t->wait = LUNA__W_TIMER;
@@ -414,7 +414,7 @@ static int wait_predicate(lua_State *L, bool until, const char *what) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   timing = luna__opt_timing(L, 2, LUNA_UPDATE);
   t = await_task(L, what);
-  rc = luna_item_add(t->b->loop, timing, predicate_step, t, &t->on.item);
+  rc = luna_item_add(t->b->loop, timing, predicate_step, t, &t->on.item.id);
   if (rc != 0)
     return luaL_error(L, "%s: %s", what, luna_strerror(rc));
   t->until = until;

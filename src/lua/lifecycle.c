@@ -75,6 +75,10 @@ static void detach(luna__binding *b) {
   if (b->loop != NULL) {
     luna__remove_all_handles(b);
     luna__abandon_all(b);
+    /* The abandoned tasks' timers are cancelled; their entries must not
+       outlive the records they point into (freed below), whatever the
+       loop does next. */
+    luna__loop_sweep_timers(b->loop);
     luna__groups_detach(b, true);
     luna_purge(b->loop, owned_continuation, b);
     luna_loop_remove_listener(b->loop, on_loop_event, b);

@@ -206,7 +206,7 @@ static void wake_waiter(lua_State *L, sig_conn *c, int first, int n, bool is_err
   if (t == NULL)
     return;
   if (c->timed)
-    luna_timer_cancel(t->b->loop, t->on.timer.id);
+    (void)luna__loop_cancel_timer_node(t->b->loop, &t->on.timer.node);
   c->fired = !is_error;
   if (!lua_checkstack(L, n + 1)) {
     LUNA__PUSH_MEMERR(L);
@@ -552,9 +552,9 @@ static int wait_signal(lua_State *L, int sidx, int timeout_idx, const char *what
   if (timed) {
     luna_ns now = luna_loop_time(b->loop, LUNA_CLOCK_SCALED);
     luna_ns deadline = luna_ns_add(now, ns);
-    int rc = luna__loop_add_timer(b->loop, LUNA_UPDATE,
-                                  LUNA_TIMER_KIND_OF_CLOCK(LUNA_CLOCK_SCALED), deadline,
-                                  luna__timer_cb, t, &t->on.timer.id);
+    int rc = luna__loop_add_timer_node(b->loop, LUNA_UPDATE,
+                                       LUNA_TIMER_KIND_OF_CLOCK(LUNA_CLOCK_SCALED), deadline,
+                                       luna__timer_cb, &t->on.timer.node);
     if (rc != 0) {
       disconnect(s, c);
       return luaL_error(L, "%s: cannot add a timer: %s", what, luna_strerror(rc));

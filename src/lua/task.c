@@ -195,10 +195,10 @@ static void unlink_awaiter(luna__task *a) {
 static void disarm(luna__binding *b, luna__task *t) {
   switch ((luna__wait)t->wait) {
   case LUNA__W_TIMER:
-    luna_timer_cancel(b->loop, t->on.timer.id);
+    (void)luna__loop_cancel_timer_node(b->loop, &t->on.timer.node);
     break;
   case LUNA__W_PREDICATE:
-    luna_item_remove(b->loop, t->on.item);
+    luna_item_remove(b->loop, t->on.item.id);
     break;
   case LUNA__W_TASK:
     unlink_awaiter(t);
@@ -989,7 +989,7 @@ void luna__resume_cb(luna_loop *loop, void *arg) {
    would wait for two cache misses in a row (the task, then its
    coroutine's state). */
 void luna__warm_task(void *arg) {
-  const char *co = (const char *)((const luna__task *)arg)->co;
+  const char *co = (const char *)luna__timer_task(arg)->co;
   LUNA__PREFETCH(co);
   LUNA__PREFETCH(co + 64);
   LUNA__PREFETCH(co + 128);
@@ -1000,7 +1000,7 @@ void luna__warm_task(void *arg) {
    nobody is queued ahead, t is resumed here rather than through the ready
    queue: the same order, one call level less (see resume). */
 void luna__timer_cb(luna_loop *loop, void *arg) {
-  luna__task *t = (luna__task *)arg;
+  luna__task *t = luna__timer_task(arg);
   luna__binding *b = t->b;
   (void)loop;
   if (b->ready.count > 0 || b->pumping || b->depth > 0 || luna__held(b)) {

@@ -35,6 +35,7 @@
 #include <lua.h>
 
 #include "lunaloop.h"
+#include "lunaloop/extension.h"
 
 typedef struct luna__binding luna__binding;
 typedef struct luna__task luna__task;
@@ -100,16 +101,23 @@ struct luna__task {
   uint32_t dependents : 31; /* combinators' lists holding this task (cycles.c) */
   uint32_t grouped : 1;     /* a member of a task.group (group.c): its tasks
                                spawn into it; 0 for every task outside one */
-  /* What the current wait holds; a task waits on one thing at a time. */
+  /* What the current wait holds; a task waits on one thing at a time. The
+     first word of every member is the timer node's, a pointer or left
+     alone, never an odd value of ours: a cancelled timer's heap entry may
+     still compare its stamp with the node after the record went on to
+     other waits or to another task (lunaloop/extension.h). */
   union {
     struct {
-      luna_timer_id id;
+      luna__timer_node node; /* the delay's or frame wait's timer */
       int64_t deadline; /* ns, or a frame number (introspection) */
     } timer;            /* LUNA__W_TIMER */
-    luna_item_id item;  /* LUNA__W_PREDICATE */
     struct {
-      luna_timer_id id;
+      void *unused;     /* (the node's word: not ours to write) */
+      luna_item_id id;
+    } item;             /* LUNA__W_PREDICATE */
+    struct {
       void *clock;      /* the luna__gclock (lunaloop/extension.h) */
+      luna_timer_id id;
     } gtimer;           /* LUNA__W_GROUP */
     struct {
       luna__task *next; /* queued behind a full ready ring */
@@ -129,6 +137,18 @@ struct luna__task {
 
 #if UINTPTR_MAX == UINT64_MAX
 _Static_assert(sizeof(luna__task) == 72, "a task is 72 bytes on 64-bit targets");
+#endif
+_Static_assert(offsetof(luna__task, on.timer.node) == offsetof(luna__task, on.item.unused) &&
+                   offsetof(luna__task, on.timer.node) == offsetof(luna__task, on.gtimer.clock) &&
+                   offsetof(luna__task, on.timer.node) == offsetof(luna__task, on.ready.next) &&
+                   offsetof(luna__task, on.timer.node) == offsetof(luna__task, on.await.target),
+               "the timer node's word is shared only with pointers");
+/* On 32-bit targets a pointer covers half of the word, a member's second
+   field the other: the word stays even only where the pointer's half holds
+   the low-order bits. */
+#if UINTPTR_MAX != UINT64_MAX && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "lunaloop: the task record's timer node needs a little-endian target when pointers are 32 bits"
 #endif
 
 /* A first-in first-out ring of tasks that grows through the state's
@@ -248,8 +268,13 @@ int luna__open_task(lua_State *L, luna__binding *b);
    binding.c for purging). */
 void luna__resume_cb(luna_loop *loop, void *arg);
 void luna__start_cb(luna_loop *loop, void *arg);
-/* The callback of the timer of a delay or frame wait (arg: the task). */
+/* The callback of the timer of a delay or frame wait (arg: the node in
+   the task's record, luna__loop_add_timer_node). */
 void luna__timer_cb(luna_loop *loop, void *arg);
+/* The task whose record holds the timer node `node`. */
+static inline luna__task *luna__timer_task(void *node) {
+  return (luna__task *)(void *)((char *)node - offsetof(luna__task, on.timer.node));
+}
 /* Prefetches the lua_State of the task `arg` (luna__loop_set_warm). */
 void luna__warm_task(void *arg);
 
