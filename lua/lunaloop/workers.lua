@@ -1,12 +1,12 @@
 -- workers.lua: task.workers, worker Lua states seen from the loop's side
 -- (docs/workers.md): pools, the Module handles of task.workers.open, and
 -- call / post / map with back-pressure, written on the primitives of
--- src/lua/workers.c (workers_new, workers_default, workers_prepare,
+-- src/lua/workers.c (workers_new, workers_default, workers_job_for,
 -- workers_submit, workers_share) and on prelude.lua.
 local M, I, P = ...
 
 local new_pool, default_pool = I.workers_new, I.workers_default
-local prepare, submit, make_share = I.workers_prepare, I.workers_submit, I.workers_share
+local job_for, submit, make_share = I.workers_job_for, I.workers_submit, I.workers_share
 local metatable = I.metatable
 local await = M.await
 local type, error, pairs, setmetatable, tostring = type, error, pairs, setmetatable, tostring
@@ -17,8 +17,8 @@ local Methods = {}
 local Module = {__index = Methods, __name = "lunaloop.WorkerModule",
   __metatable = "lunaloop.WorkerModule"}
 function Module.__tostring(m) return format("WorkerModule (%s)", m.name) end
--- ai:call's C path (src/lua/workers.c, l_workers_call)
-local call = I.workers_call_for(Module)
+-- call, post and map's C paths (src/lua/workers.c, l_workers_job)
+local call, post, map = job_for(Module, "call"), job_for(Module, "post"), job_for(Module, "map")
 
 local function describe(v)
   return type(v) == "number" and number_text(v) or type(v)
@@ -62,7 +62,7 @@ end
 
 -- Awaits room while the queue is full and hands the job over again (a
 -- caller that cannot await queues past the limit instead): p, room, job
--- are what workers_prepare returned; a refusal meanwhile (the pool was
+-- are what the C path (job_of) returned; a refusal meanwhile (the pool was
 -- closed) is raised at `level` (1: hand_over's caller).
 local function hand_over(level, p, room, job)
   while p == false do
@@ -73,15 +73,17 @@ local function hand_over(level, p, room, job)
   return p
 end
 
--- Copies the arguments and hands the job over: workers_prepare's results.
-local function job_of(m, kind, fname, fn, level, ...)
-  if type(fn) ~= "string" then
-    argerror(kind, 2, "expected a function name (string), got " .. type(fn), level + 1)
+-- Copies the arguments and hands the job over through `job` (call, post
+-- or map): its results, a refusal raised at `level` (1: job_of's caller).
+local function job_of(job, kind, fn, level, m, ...)
+  local p, room, j = job(m, fn, ...)
+  if p == nil then
+    if room == nil then
+      argerror(kind, 2, "expected a function name (string), got " .. type(fn), level + 1)
+    end
+    error(room, level + 1)
   end
-  local p, room, job = prepare(m.pool, kind, m.name, fn, m.instructions, m.deliver_frame,
-    m.name .. ":" .. kind, ...)
-  if p == nil then error(room, level + 1) end
-  return p, room, job
+  return p, room, j
 end
 
 --- ai:call(fn, ...) -> Promise: runs module.fn(...) on a worker with copies
@@ -95,17 +97,16 @@ function Methods.call(m, fn, ...)
     return p
   end
   if room ~= nil then error(room, 2) end
-  -- not a Module, or fn not a string: the checks below raise
+  -- not a Module, or fn not a string
   check_module(m, "call")
-  p = hand_over(2, job_of(m, "call", "call", fn, 2, ...))
-  return p
+  argerror("call", 2, "expected a function name (string), got " .. type(fn))
 end
 
 --- ai:post(fn, ...): as call, one-way: nothing to await; an error is
 -- reported (task.on_error) instead.
 function Methods.post(m, fn, ...)
   check_module(m, "post")
-  hand_over(2, job_of(m, "post", "post", fn, 2, ...))
+  hand_over(2, job_of(post, "post", fn, 2, m, ...))
 end
 
 local known_map = {chunk = true}
@@ -150,7 +151,7 @@ function Methods.map(m, fn, items, opts)
     for i = first, first + chunk - 1 > n and n or first + chunk - 1 do
       part[#part + 1] = items[i]
     end
-    promises[c] = hand_over(2, job_of(m, "map", "map", fn, 2, part, first))
+    promises[c] = hand_over(2, job_of(map, "map", fn, 2, m, part, first))
   end
   local out = {}
   for c = 1, nchunks do

@@ -217,7 +217,7 @@ struct luna_workers {
                             head, so waking n of them is O(n)) */
   size_t room_head, nroom, room_cap;
   job *spare;            /* finished job records kept for reuse (with their buffers) */
-  job *pending;          /* jobs workers_prepare is making, linked by next: one
+  job *pending;          /* jobs prepare_job is making, linked by next: one
                             an allocation's raise left there is reclaimed at
                             the next bell (no prepare runs then) or at free */
   size_t kept_big;       /* bytes of the spares' buffers above KEEP_CAP (<= KEEP_BIG) */
@@ -1185,7 +1185,7 @@ static void bell_cb(luna_loop *loop, void *arg) {
     pool_maybe_free(p);
     return;
   }
-  while (p->pending != NULL) { /* left by a raise in workers_prepare */
+  while (p->pending != NULL) { /* left by a raise in prepare_job */
     job *j = p->pending;
     p->pending = j->next;
     job_recycle(p, j);
@@ -1762,9 +1762,7 @@ static int l_job_gc(lua_State *L) {
   return 0;
 }
 
-static const char *const kind_names[] = {"call", "post", "map", NULL};
-
-static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud);
+static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool_idx);
 
 /* nil and the message of a call on a closed pool: returned, for the Lua
    side to raise at the user's line. */
@@ -1788,10 +1786,11 @@ static void unpend(luna_workers *p, job *j) {
    of a refusal) and hands it to the pool as workers_submit does: pushes
    what hand_over pushes, or nil and the message of a refusal (for the
    caller to raise at the user's line). instr < 0: the pool's budget;
-   det > 0: delivered det frames after this one. */
+   det > 0: delivered det frames after this one; pool_idx: the Pool's
+   index in L (a Job handle keeps it). */
 static int prepare_job(lua_State *L, luna_workers *p, int kind, const char *mod, size_t mlen,
                        const char *fn, size_t flen, lua_Integer instr, lua_Integer det,
-                       const char *what, int first, int nargs) {
+                       const char *what, int first, int nargs, int pool_idx) {
   job *j = job_take(p);
   if (j == NULL)
     return luaL_error(L, "not enough memory");
@@ -1823,42 +1822,54 @@ static int prepare_job(lua_State *L, luna_workers *p, int kind, const char *mod,
     lua_insert(L, -2);
     return 2;
   }
-  return hand_over(L, p, j, NULL);
+  return hand_over(L, p, j, NULL, pool_idx);
 }
 
-/* workers_prepare(pool, kind, module, fn, instructions, deliver_frame,
-   what, ...) -> Promise | true (a post) | nil, message | false, room, Job:
-   copies the arguments now (a refusal is returned, for the caller to raise
-   at the user's line) and hands the job to the pool as workers_submit
-   does. Only a job that must wait for room gets a Job handle (userdata):
-   the usual call allocates no Lua value but its Promise. */
-static int l_workers_prepare(lua_State *L) {
-  luna_workers *p = check_pool(L, 1, false);
-  int kind = luaL_checkoption(L, 2, NULL, kind_names);
-  size_t mlen, flen;
-  const char *mod = luaL_checklstring(L, 3, &mlen);
-  const char *fn = luaL_checklstring(L, 4, &flen);
-  lua_Integer instr = luaL_optinteger(L, 5, -1);
-  lua_Integer det = luaL_optinteger(L, 6, 0);
-  const char *what = luaL_checkstring(L, 7);
-  if (p->closed)
-    return closed_refusal(L);
-  return prepare_job(L, p, kind, mod, mlen, fn, flen, instr, det, what, 8, lua_gettop(L) - 7);
+/* nil and "task.workers: the worker module's field <field> was changed
+   (expected <expected>, got <type>)" for the field's value on top: a
+   tampered module handle, refused at the user's line. */
+static int field_refusal(lua_State *L, const char *field, const char *expected) {
+  const char *got = luaL_typename(L, -1);
+  lua_pushnil(L);
+  lua_pushfstring(L, "task.workers: the worker module's field '%s' was changed (expected %s, got %s)",
+                  field, expected, got);
+  return 2;
 }
 
-/* The C path of ai:call (workers.lua), a closure over the Module
-   metatable: call(m, fn, ...) -> what workers_prepare returns for a call,
-   or nothing when m is not a Module or fn not a string (the caller then
-   raises the argument error). One C call instead of the Lua checks and
-   workers_prepare's eight arguments: the loop thread's share of a
-   pipelined empty job (W7) is mostly this and the delivery. */
-static int l_workers_call(lua_State *L) {
+/* The Module field `field` (raw: no metamethod runs) as an integer >=
+   `min`, or `dflt` when nil; false (the value left on top) otherwise. */
+static bool opt_field(lua_State *L, const char *field, lua_Integer min, lua_Integer dflt,
+                      lua_Integer *out) {
+  int isnum;
+  lua_pushstring(L, field);
+  if (lua_rawget(L, 1) == LUA_TNIL) {
+    *out = dflt;
+    return true;
+  }
+  *out = lua_tointegerx(L, -1, &isnum);
+  return isnum && lua_type(L, -1) == LUA_TNUMBER && *out >= min;
+}
+
+static const char *const kind_names[] = {"call", "post", "map", NULL};
+
+/* The C path of ai:call, ai:post and ai:map's chunks (workers.lua): a
+   closure over the Module metatable and the kind (JOB_*):
+   job(m, fn, ...) -> Promise | true (a post) | false, room, Job |
+   nil, message (a refusal, for the caller to raise at the user's line) |
+   nothing (m is not a Module or fn not a string: the caller raises the
+   argument error). Reads the Module's fields raw (open made them: pool,
+   name, and the two optional integers; a tampered one is refused), copies
+   the arguments and hands the job over as workers_submit does. One C call
+   where the Lua checks and an eight-argument primitive were: the loop
+   thread's share of a pipelined empty job (W7) is mostly this and the
+   delivery. */
+static int l_workers_job(lua_State *L) {
+  int kind = (int)lua_tointeger(L, lua_upvalueindex(2));
   int nargs = lua_gettop(L) - 2;
-  luna_workers *p;
+  pool_ud *pu;
   size_t mlen, flen;
-  const char *mod, *fn;
+  const char *mod, *fn, *what;
   lua_Integer instr, det;
-  const char *what;
   char buf[80];
   if (nargs < 0 || !lua_getmetatable(L, 1))
     return 0;
@@ -1866,35 +1877,46 @@ static int l_workers_call(lua_State *L) {
     return 0;
   lua_pop(L, 1);
   fn = lua_tolstring(L, 2, &flen);
-  /* the Module's fields, left on the stack above the arguments (open made
-     them: pool, name, and the two optional integers) */
-  lua_getfield(L, 1, "pool");
-  p = check_pool(L, -1, false);
-  if (p->closed)
-    return closed_refusal(L);
-  lua_getfield(L, 1, "name");
+  /* the fields stay on the stack above the arguments; the pool's first,
+     at index nargs + 3 (a Job handle made by hand_over refers to it) */
+  lua_pushliteral(L, "pool");
+  lua_rawget(L, 1);
+  pu = (pool_ud *)luaL_testudata(L, -1, POOL_MT);
+  if (pu == NULL)
+    return field_refusal(L, "pool", "a worker pool");
+  lua_pushliteral(L, "name");
+  if (lua_rawget(L, 1) != LUA_TSTRING)
+    return field_refusal(L, "name", "a string");
   mod = lua_tolstring(L, -1, &mlen);
-  lua_getfield(L, 1, "instructions");
-  instr = luaL_optinteger(L, -1, -1);
-  lua_getfield(L, 1, "deliver_frame");
-  det = luaL_optinteger(L, -1, 0);
-  if (mod == NULL)
-    return luaL_error(L, "task.workers: the module handle has no name");
-  if (mlen + sizeof ":call" <= sizeof buf) { /* no Lua string for the usual name */
-    memcpy(buf, mod, mlen);
-    memcpy(buf + mlen, ":call", sizeof ":call");
-    what = buf;
-  } else {
-    what = lua_pushfstring(L, "%s:call", mod);
+  if (!opt_field(L, "instructions", 0, -1, &instr))
+    return field_refusal(L, "instructions", "an integer >= 0 or nil");
+  if (!opt_field(L, "deliver_frame", 1, 0, &det))
+    return field_refusal(L, "deliver_frame", "an integer >= 1 or nil");
+  if (pu->p == NULL || pu->p->closed)
+    return closed_refusal(L);
+  {
+    size_t klen = strlen(kind_names[kind]);
+    if (mlen + klen + 2 <= sizeof buf) { /* "module:kind", no Lua string for the usual name */
+      memcpy(buf, mod, mlen);
+      buf[mlen] = ':';
+      memcpy(buf + mlen + 1, kind_names[kind], klen + 1);
+      what = buf;
+    } else {
+      what = lua_pushfstring(L, "%s:%s", mod, kind_names[kind]);
+    }
   }
-  return prepare_job(L, p, JOB_CALL, mod, mlen, fn, flen, instr, det, what, 3, nargs);
+  return prepare_job(L, pu->p, kind, mod, mlen, fn, flen, instr, det, what, 3, nargs, nargs + 3);
 }
 
-/* workers_call_for(Module) -> call: l_workers_call over that metatable. */
-static int l_workers_call_for(lua_State *L) {
+/* workers_job_for(Module, kind) -> job: l_workers_job over that metatable
+   for kind "call", "post" or "map". */
+static int l_workers_job_for(lua_State *L) {
+  int kind;
   luaL_checktype(L, 1, LUA_TTABLE);
+  kind = luaL_checkoption(L, 2, NULL, kind_names);
   lua_settop(L, 1);
-  lua_pushcclosure(L, l_workers_call, 1);
+  lua_pushinteger(L, kind);
+  lua_pushcclosure(L, l_workers_job, 2);
   return 1;
 }
 
@@ -1916,7 +1938,7 @@ static int l_workers_submit(lua_State *L) {
     return luaL_error(L, "task.workers: the job was submitted already");
   if (j->pool->closed)
     return closed_refusal(L);
-  return hand_over(L, j->pool, j, ud);
+  return hand_over(L, j->pool, j, ud, 0);
 }
 
 /* Hands j to the pool: -> Promise | true (a post), or, when the queue is
@@ -1924,17 +1946,22 @@ static int l_workers_submit(lua_State *L) {
    returns false, a Promise `room` to await before trying again, and the
    Job handle (ud, or a new one holding j). j is the pool's pending job
    (ud NULL) or ud's. */
-static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud) {
+static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool_idx) {
   luna_promise *pr = NULL;
   bool full, can_wait;
   int rc;
-  can_wait = p->b->current != NULL && lua_isyieldable(L);
+  /* only the task's own thread may await: a plain coroutine inside a task
+     (or any other caller) queues past the limit */
+  can_wait = p->b->current != NULL && p->b->current->co == L && lua_isyieldable(L);
   full = atomic_load_explicit(&p->queued, memory_order_relaxed) >= p->cap;
   if (full && can_wait) {
     if (ud == NULL) {
-      ud = (job_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
+      /* the handle keeps the Pool (its user value): the job refers to it */
+      ud = (job_ud *)lua_newuserdatauv(L, sizeof *ud, 1);
       ud->j = NULL;
       luaL_setmetatable(L, JOB_MT);
+      lua_pushvalue(L, pool_idx);
+      lua_setiuservalue(L, -2, 1);
       ud->j = j;
       unpend(p, j);
     } else {
@@ -1956,6 +1983,10 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud) {
     rc = luna__promise_new_in(L, p->b, LUNA_UPDATE, &pr);
     if (rc != 0)
       return luaL_error(L, "task.workers: cannot wait for room: %s", luna_strerror(rc));
+    if (p->closed) { /* a finalizer run by the allocations closed the pool */
+      luna_promise_release(pr);
+      return closed_refusal(L); /* (the handle frees the job) */
+    }
     p->room[p->nroom++] = pr;
     pthread_mutex_lock(&p->mu);
     p->room_wanted = true;
@@ -1970,6 +2001,14 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud) {
     rc = luna__promise_new_in(L, p->b, LUNA_UPDATE, &pr);
     if (rc != 0)
       return luaL_error(L, "task.workers: cannot make the promise: %s", luna_strerror(rc));
+    if (p->closed) { /* a finalizer run by the allocation closed the pool */
+      luna_promise_release(pr);
+      if (ud == NULL) {
+        unpend(p, j);
+        job_free(j);
+      } /* (else the handle frees it) */
+      return closed_refusal(L);
+    }
     j->promise = pr;
   } else {
     lua_pushboolean(L, 1);
@@ -2148,6 +2187,5 @@ static int l_workers_pool_methods(lua_State *L) {
 const luaL_Reg luna__workers_internals[] = {
     {"workers_pool_methods", l_workers_pool_methods},
     {"workers_new", l_workers_new},         {"workers_default", l_workers_default},
-    {"workers_prepare", l_workers_prepare}, {"workers_submit", l_workers_submit},
-    {"workers_share", l_workers_share},     {"workers_call_for", l_workers_call_for},
-    {NULL, NULL}};
+    {"workers_job_for", l_workers_job_for}, {"workers_submit", l_workers_submit},
+    {"workers_share", l_workers_share},     {NULL, NULL}};

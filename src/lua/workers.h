@@ -15,7 +15,7 @@
 void luna__open_workers(lua_State *L);
 
 /* The primitives handed to the Lua chunks with the other internals:
-   workers_new, workers_default, workers_prepare, workers_submit,
+   workers_new, workers_default, workers_job_for, workers_submit,
    workers_share (workers.c says what each does). */
 extern const luaL_Reg luna__workers_internals[];
 

@@ -302,6 +302,8 @@ H.case("many tasks waiting for room each get their turn, with every result right
   local p = task.workers{threads = 1, queue = 2}
   local m = p:open("workers_job")
   local got, ts = {}, {}
+  -- a job that holds the worker until every task waits for room
+  local blocker = m:call("until_cancelled", 1e12)
   for k = 1, 40 do
     ts[k] = task.spawn(function()
       local ps = {}
@@ -311,12 +313,15 @@ H.case("many tasks waiting for room each get their turn, with every result right
       got[k] = r
     end)
   end
+  task.step(1 / 60)
+  -- the queue is full before most first calls: at least 38 tasks wait
+  local waited = p:stats().waited
+  H.truthy(waited >= 38 and waited <= 40, "tasks that waited for room: " .. waited)
+  blocker:cancel()
   settle(function() for k = 1, 40 do if got[k] == nil then return false end end return true end,
     "the 120 calls")
   for k = 1, 40 do H.eq(got[k], {k * 10 + 1, k * 10 + 2, k * 10 + 3}, "task " .. k) end
-  local s = p:stats()
-  H.truthy(s.waited >= 40, "calls waited for room: " .. s.waited)
-  H.eq(s.completed, 120)
+  H.eq(p:stats().completed, 120)
   p:close()
 end)
 
@@ -487,10 +492,75 @@ H.case("a task woken with room that closes the pool ends its calls, and nothing 
   end
 end)
 
+H.case("a plain coroutine inside a task cannot await room: its call queues past the limit", function()
+  local p = task.workers{threads = 1, queue = 1}
+  local m = p:open("workers_job")
+  local blocker = m:call("until_cancelled", 1e12)
+  local filler = m:call("echo", 0)
+  local before = p:stats()
+  local ok, v = in_task(function()
+    local pr = coroutine.wrap(function() return m:call("echo", 1) end)()
+    blocker:cancel()
+    return task.await(pr)
+  end)
+  H.eq({ok, v}, {true, 1})
+  local s = p:stats()
+  H.eq(s.waited - before.waited, 0)
+  H.eq(s.overflowed - before.overflowed, 1)
+  p:close()
+end)
+
+H.case("a tampered module handle is refused at the caller's line, naming the field", function()
+  local here = debug.getinfo(1, "S").short_src
+  local cases = {
+    {"pool", 5, "expected a worker pool, got number"},
+    {"name", nil, "expected a string, got nil"},
+    {"instructions", "x", "expected an integer >= 0 or nil, got string"},
+    {"instructions", 1.5, "expected an integer >= 0 or nil, got number"},
+    {"deliver_frame", 0, "expected an integer >= 1 or nil, got number"},
+  }
+  for _, c in ipairs(cases) do
+    for _, how in ipairs{"call", "post"} do
+      local m = pool:open("workers_job")
+      m[c[1]] = c[2]
+      local line = debug.getinfo(1, "l").currentline + 1
+      local ok, err = pcall(function() local _ = m[how](m, "echo", 1) end)
+      H.eq(ok, false)
+      H.eq(err, string.format("%s:%d: task.workers: the worker module's field '%s' was changed (%s)",
+        here, line, c[1], c[3]), how .. " " .. c[1])
+    end
+  end
+end)
+
 H.case("task.worker.id names the worker; the default pool is the first", function()
   local ok, id = in_task(function() return task.await(job:call("id")) end)
   H.truthy(id == 1 or id == 2)
   H.eq(task.workers.pool(), pool)
+end)
+
+H.case("a pool closed by a finalizer inside a call still settles that call's promise", function()
+  -- the finalizer runs in the GC step of the Promise's allocation, after
+  -- the call saw the pool open: the job must not be queued on the closed
+  -- pool (its promise would stay pending and the job leak)
+  local p = task.workers{threads = 1, queue = 1000000}
+  local m = p:open("workers_job")
+  local armed, mt = false, {}
+  mt.__gc = function(o) if armed then p:close() else setmetatable(o, mt) end end
+  setmetatable({}, mt)
+  local N, ps, n = 300000, {}, 0
+  for i = 1, N do ps[i] = false end -- no allocation in the loop but the calls'
+  pcall(function()
+    for i = 1, N do
+      if i == 1000 then armed = true end
+      ps[i] = m:call("nothing")
+      n = i
+    end
+  end)
+  H.eq(p:stats().closed, true, "the finalizer closed the pool")
+  local function pending() for i = 1, n do if ps[i]:status() == "pending" then return i end end end
+  local start = os.time()
+  while pending() ~= nil and os.time() - start < 3 do task.step(1 / 60) end
+  H.eq(pending(), nil, "the first promise left pending")
 end)
 
 H.run()
