@@ -1858,12 +1858,12 @@ static int field_refusal(lua_State *L, const char *field, const char *expected) 
   return 2;
 }
 
-/* The Module field `field` (raw: no metamethod runs) as an integer >=
-   `min`, or `dflt` when nil; false (the value left on top) otherwise. */
-static bool opt_field(lua_State *L, const char *field, lua_Integer min, lua_Integer dflt,
-                      lua_Integer *out) {
+/* The Module field whose name is at index `key` (read raw: no
+   metamethod runs) as an integer >= `min`, or `dflt` when nil; false (the
+   value left on top) otherwise. */
+static bool opt_field(lua_State *L, int key, lua_Integer min, lua_Integer dflt, lua_Integer *out) {
   int isnum;
-  lua_pushstring(L, field);
+  lua_pushvalue(L, key);
   if (lua_rawget(L, 1) == LUA_TNIL) {
     *out = dflt;
     return true;
@@ -1901,18 +1901,23 @@ static int l_workers_job(lua_State *L) {
   fn = lua_tolstring(L, 2, &flen);
   /* the fields stay on the stack above the arguments; the pool's first,
      at index nargs + 3 (a Job handle made by hand_over refers to it) */
-  lua_pushliteral(L, "pool");
+  lua_pushvalue(L, lua_upvalueindex(4)); /* the keys are upvalues: no string is made */
   lua_rawget(L, 1);
-  pu = (pool_ud *)luaL_testudata(L, -1, POOL_MT);
-  if (pu == NULL)
+  pu = (pool_ud *)lua_touserdata(L, -1);
+  if (pu == NULL || !lua_getmetatable(L, -1))
     return field_refusal(L, "pool", "a worker pool");
-  lua_pushliteral(L, "name");
+  if (!lua_rawequal(L, -1, lua_upvalueindex(3))) {
+    lua_pop(L, 1);
+    return field_refusal(L, "pool", "a worker pool");
+  }
+  lua_pop(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(5));
   if (lua_rawget(L, 1) != LUA_TSTRING)
     return field_refusal(L, "name", "a string");
   mod = lua_tolstring(L, -1, &mlen);
-  if (!opt_field(L, "instructions", 0, -1, &instr))
+  if (!opt_field(L, lua_upvalueindex(6), 0, -1, &instr))
     return field_refusal(L, "instructions", "an integer >= 0 or nil");
-  if (!opt_field(L, "deliver_frame", 1, 0, &det))
+  if (!opt_field(L, lua_upvalueindex(7), 1, 0, &det))
     return field_refusal(L, "deliver_frame", "an integer >= 1 or nil");
   if (pu->p == NULL || pu->p->closed)
     return closed_refusal(L);
@@ -1931,14 +1936,21 @@ static int l_workers_job(lua_State *L) {
 }
 
 /* workers_job_for(Module, kind) -> job: l_workers_job over that metatable
-   for kind "call", "post" or "map". */
+   for kind "call", "post" or "map" (upvalues: the Module metatable, the
+   kind, the Pool metatable and the four field names). */
 static int l_workers_job_for(lua_State *L) {
   int kind;
   luaL_checktype(L, 1, LUA_TTABLE);
   kind = luaL_checkoption(L, 2, NULL, kind_names);
   lua_settop(L, 1);
   lua_pushinteger(L, kind);
-  lua_pushcclosure(L, l_workers_job, 2);
+  ensure_metatables(L);
+  luaL_getmetatable(L, POOL_MT);
+  lua_pushliteral(L, "pool");
+  lua_pushliteral(L, "name");
+  lua_pushliteral(L, "instructions");
+  lua_pushliteral(L, "deliver_frame");
+  lua_pushcclosure(L, l_workers_job, 7);
   return 1;
 }
 
