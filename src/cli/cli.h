@@ -292,4 +292,19 @@ static inline void luna__cli_pace_gc(luna_loop *loop) {
   (void)luna_lua_gc_set_loop(loop, &o); /* out of memory: the run goes unpaced */
 }
 
+/* Frees a loop whose Lua state was closed, after delivering what the
+   state's teardown posted to it: a worker pool closed with calls pending
+   posts their completions (each holds its promise and the job), and
+   luna_loop_free discards posts without calling them (lunaloop/loop.h:
+   run the loop until they are delivered before freeing). With no state
+   left, those deliveries only release what they hold. At most a few
+   frames of dt 0: a post made while a frame runs is delivered by the
+   next. */
+static inline void luna__cli_free_loop(luna_loop *loop) {
+  int i;
+  for (i = 0; i < 4 && !luna_loop_idle(loop); i++)
+    (void)luna_loop_frame(loop, 0.0);
+  luna_loop_free(loop);
+}
+
 #endif

@@ -214,6 +214,6 @@ int luna__cli_repl(int argc, char **argv, int first) {
   luna__repl_drop_pending();
   luna__repl_input_close();
   lua_close(R.L);
-  luna_loop_free(R.loop);
+  luna__cli_free_loop(R.loop);
   return status;
 }

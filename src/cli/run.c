@@ -187,6 +187,6 @@ int luna__cli_run(int argc, char **argv, int first) {
     status = run_script(L, loop, &o, argc, argv, first + o.script);
   }
   lua_close(L);
-  luna_loop_free(loop);
+  luna__cli_free_loop(loop);
   return status;
 }
