@@ -671,8 +671,16 @@ static int l_signal_gc(lua_State *L) {
   luna__signal *s = (luna__signal *)lua_touserdata(L, 1);
   void *ud;
   lua_Alloc alloc = lua_getallocf(L, &ud);
+  uint32_t i;
   if (s->pending > 0 && s->b->loop != NULL) /* the state is closing */
     luna_purge(s->b->loop, match_signal, s);
+  /* Only a closing state finalizes a signal that tasks still wait on (a
+     waiter keeps it reachable), and it cancels those tasks afterwards:
+     their disconnect must find nothing to undo. The connections are alive
+     here (user value 2 of a signal being finalized). */
+  for (i = 0; i < s->n; i++)
+    if (s->conns[i] != NULL)
+      s->conns[i]->connected = false;
   alloc(ud, s->conns, s->cap * sizeof *s->conns, 0);
   s->conns = NULL;
   s->n = s->cap = 0;

@@ -272,6 +272,25 @@ static void callbacks_of_several_states_interleave_in_registration_order(void **
   close_states(loop, a, b);
 }
 
+/* Closing a state whose tasks wait on signals (plain and timed waits): the
+   signals' finalizers may run before the binding's, and the tasks'
+   cancellation then unwinds their waits on signals already finalized
+   (found by an attack: disconnect wrote through the freed, NULL conns). */
+static void closing_a_state_with_tasks_waiting_on_signals(void **state) {
+  luna_loop *loop;
+  lua_State *a, *b;
+  (void)state;
+  loop = open_states(&a, &b);
+  run(a, "for i = 1, 3 do task.spawn(function() local s = task.signal(); s:wait() end) end\n"
+         "for i = 1, 3 do task.spawn(function() local s = task.signal(); pcall(s.wait, s, 100) end) end\n");
+  run(b, "task.spawn(function() task.delay_frame(2); record('b') end)");
+  frames(loop, 1);
+  lua_close(a);
+  frames(loop, 2);
+  assert_string_equal(shared_log, "b");
+  close_states(loop, NULL, b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(each_state_counts_and_cancels_only_its_own_tasks),
@@ -279,6 +298,7 @@ int main(void) {
       cmocka_unit_test(closing_a_state_runs_close_handlers_first_in_creation_order),
       cmocka_unit_test(closing_a_state_removes_all_its_work_from_the_loop),
       cmocka_unit_test(a_reset_cancels_the_tasks_of_every_state),
+      cmocka_unit_test(closing_a_state_with_tasks_waiting_on_signals),
       cmocka_unit_test(callbacks_of_several_states_interleave_in_registration_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
