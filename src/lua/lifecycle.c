@@ -65,6 +65,24 @@ static void on_loop_event(luna_loop *loop, luna_event event, void *ud) {
   }
 }
 
+/* Frees the loop the binding made for itself (require without a host),
+   after delivering what is still in its inbox: a worker pool closed with
+   calls queued posted their completions (each holds its promise and its
+   job), and luna_loop_free discards posts without calling them. Nothing
+   of this state is on the loop any more and the promise hub lets go of
+   its Lua sides first, so those deliveries only release what they hold
+   and run no Lua code. At most a few frames of dt 0 (a post made while a
+   frame runs is delivered by the next); none from inside a loop callback
+   (lua_close called by a task), where the loop refuses to run. */
+static void free_owned_loop(luna__binding *b) {
+  int i;
+  luna__promise_detach(b->L);
+  for (i = 0; i < 4 && !luna_loop_idle(b->loop); i++)
+    if (luna_loop_frame(b->loop, 0.0) != 0)
+      break;
+  luna_loop_free(b->loop);
+}
+
 /* Takes the state off the loop without running Lua code and frees the
    binding's C arrays: callbacks removed, unsettled tasks abandoned (their
    to-be-closed variables do not run), continuations purged. What remains
@@ -83,7 +101,7 @@ static void detach(luna__binding *b) {
     luna_purge(b->loop, owned_continuation, b);
     luna_loop_remove_listener(b->loop, on_loop_event, b);
     if (b->owns_loop)
-      luna_loop_free(b->loop);
+      free_owned_loop(b);
     b->loop = NULL;
   }
   luna__groups_detach(b, false); /* (the loop was freed before) */

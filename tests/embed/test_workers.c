@@ -342,6 +342,38 @@ static void test_jobs_around_the_spin(void **state) {
   finish(f, true);
 }
 
+/* A state that owns its loop (opened by require alone, as stock lua5.4
+   does) closes right after a pool was closed with calls queued: the close
+   posted those calls' completions (each holds its promise and its job),
+   and the binding must deliver them before it frees its loop, which
+   discards posts without calling them. */
+static void test_owned_loop_closes_after_pool_close(void **state) {
+  fixture *f = *state;
+  lua_State *L = lua_newstate(counting_alloc_fn, &lua_mem);
+  luna_workers_config cfg;
+  luna_workers *w = NULL;
+  luaL_openlibs(L);
+  luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
+  lua_setglobal(L, "task");
+  memset(&cfg, 0, sizeof cfg);
+  cfg.threads = 1;
+  cfg.alloc = counting_alloc_fn;
+  cfg.alloc_ud = &worker_mem;
+  cfg.init = init_hook;
+  assert_int_equal(luna_workers_new(L, &cfg, &w), 0);
+  lua_setglobal(L, "pool");
+  run(L, "local m = pool:open('hostmod')\n"
+         "m:call('spin')\n"
+         "for i = 1, 20 do task.spawn(function() pcall(task.await, m:call('inc', i)) end) end\n"
+         "pool:close()\n");
+  lua_close(L);
+  lua_close(f->L); /* the fixture's state and loop, unused here */
+  luna_loop_free(f->loop);
+  assert_int_equal(atomic_load(&lua_mem.bytes), 0);
+  assert_int_equal(atomic_load(&worker_mem.bytes), 0);
+  assert_int_equal(luna__promise_live_count(), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_host_allocator_and_init_hook, setup),
@@ -351,6 +383,7 @@ int main(void) {
       cmocka_unit_test_setup(test_loop_freed_first, setup),
       cmocka_unit_test_setup(test_stress_calls, setup),
       cmocka_unit_test_setup(test_jobs_around_the_spin, setup),
+      cmocka_unit_test_setup(test_owned_loop_closes_after_pool_close, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
