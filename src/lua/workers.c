@@ -1983,7 +1983,7 @@ static int l_workers_submit(lua_State *L) {
    (ud NULL) or ud's. */
 static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool_idx) {
   luna_promise *pr = NULL;
-  bool full, can_wait;
+  bool full, can_wait, ring;
   int rc;
   /* only the task's own thread may await: a plain coroutine inside a task
      (or any other caller) queues past the limit */
@@ -2026,7 +2026,19 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
     pthread_mutex_lock(&p->mu);
     p->room_wanted = true;
     p->st.waited++;
+    /* A worker may have taken a job since `full` was read, before it could
+       see room_wanted: then nobody rings for this wait, and it would last
+       until some job ends (for ever behind a job that waits on this task).
+       Seen under the mutex, that room is rung for here. */
+    ring = atomic_load_explicit(&p->queued, memory_order_relaxed) < p->cap && !p->bell;
+    if (ring)
+      p->bell = true;
     pthread_mutex_unlock(&p->mu);
+    if (ring && luna_post(p->loop, LUNA_UPDATE, bell_cb, p) != 0) {
+      pthread_mutex_lock(&p->mu);
+      p->bell = false; /* out of memory: the next job taken or ended rings */
+      pthread_mutex_unlock(&p->mu);
+    }
     lua_pushboolean(L, 0);
     lua_rotate(L, -3, 1); /* false, job, room */
     lua_insert(L, -2);    /* false, room, job */

@@ -374,6 +374,38 @@ H.case("a call or post on a closed pool raises at the caller's line, also after 
   end
 end)
 
+H.case("a call that finds the queue full as the worker takes a job is not left waiting", function()
+  -- the worker takes `first` while `second` decides that the queue (of 1)
+  -- is full and prepares its wait for room: that room must be rung for,
+  -- since nothing else will (first never ends by itself, and nothing else
+  -- runs on a fresh pool). The window is a few allocations wide: each
+  -- round makes a pool, whose worker sleeps until `first` is queued and
+  -- takes tens of microseconds to wake, and calls `second` after a delay
+  -- that sweeps 0-100 us across that wake-up; 500 rounds hit the window
+  -- about ten times.
+  local function spin(s) local u = os.clock() + s; while os.clock() < u do end end
+  for i = 1, 500 do
+    local p = task.workers{threads = 1, queue = 1}
+    local m = p:open("workers_job")
+    local reached = false
+    local t = task.spawn(function()
+      local first = m:call("until_cancelled", 1e12)
+      spin((i % 100) * 1e-6)
+      local second = m:call("echo", i)
+      reached = true
+      first:cancel()
+      H.eq(task.await(second), i)
+    end)
+    -- rung, the wait ends at the next frame; 2 s of CPU is far beyond that
+    local c0 = os.clock()
+    while not reached and os.clock() - c0 < 2 do task.step(1 / 60) end
+    H.eq(reached, true, "round " .. i .. ": the second call waited for room that was there")
+    settle(function() return t:status() ~= "suspended" end, "the second call's result")
+    H.eq(t:status(), "done")
+    p:close()
+  end
+end)
+
 H.case("a warm call allocates nothing on the loop thread but its Promise", function()
   -- 10,000 calls warm the pool's spare job records and buffers; then each
   -- empty call and its await make exactly one Lua allocation: the Promise
