@@ -166,13 +166,22 @@ bench_args() {
   esac
 }
 
+# old_cannot TAG WHAT: true (after a note) when the binary that failed is
+# the old one of --compare: a workload or implementation added since the
+# old build is not a failure of the new one; its row shows "-" for old.
+old_cannot() {
+  [ "$1" = old ] || return 1
+  note "the old build cannot run $2 (added since?): no comparison for it"
+}
+
 # measure TAG BIN GC ROUND IMPL WORKLOAD N: one timed measurement; its line,
 # tagged "gc=GC round=ROUND bin=TAG", goes to stdout and to the results.
 measure() {
   local tag=$1 b=$2 gc=$3 round=$4 line
   # shellcheck disable=SC2046
-  line=$(LUNA_BENCH_GC=$gc "$b" $(bench_args "$5" "$6" "$7")) ||
-    { note "failed: luna_bench $(bench_args "$5" "$6" "$7")"; failed=1; return 0; }
+  line=$(LUNA_BENCH_GC=$gc "$b" $(bench_args "$5" "$6" "$7")) || {
+    old_cannot "$tag" "$5 $6" && return 0
+    note "failed: luna_bench $(bench_args "$5" "$6" "$7")"; failed=1; return 0; }
   [ -n "$line" ] || return 0
   printf 'gc=%s round=%s bin=%s %s\n' "$gc" "$round" "$tag" "$line" | tee -a "$results"
 }
@@ -190,6 +199,7 @@ icount() {
     if ! env LUNA_BENCH_GC="$gc" LUNA_BENCH_OPS="$tmp/ops" ${s:+LUNA_BENCH_ROUNDS=$((s * size))} \
          valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" --log-file=/dev/null \
          "$b" $(bench_args "$impl" "$w" "$i") >/dev/null; then
+      old_cannot "$tag" "$impl $w" && return 0
       note "failed under callgrind: luna_bench $(bench_args "$impl" "$w" "$i")"
       failed=1
       return 0
@@ -462,7 +472,8 @@ awk -v mode="$([ -n "$old" ] && echo compare || echo suite)" -v icount="$instruc
         im = ims[gc, row, j]
         s = spread(gc, row, im, "new", im, "old")
         mn = median(gc, row, im, "new"); mo = median(gc, row, im, "old")
-        if (mn == "" || mo == "") continue
+        if (mn == "") continue
+        if (mo == "") { printf "%-22s %-16s %-20s %9.1f %-2s %9s\n", row, im, "-", mn, unit(split_row[1]), "-"; continue }
         printf "%-22s %-16s %-20s %9.1f %-2s %9.1f %-2s\n", row, im, s, mn, unit(split_row[1]), mo, unit(split_row[1])
       }
     }
