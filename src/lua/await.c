@@ -288,16 +288,9 @@ int luna__suspend(lua_State *L, luna__task *t) {
   return luna__yield_task(L, (lua_KContext)t, await_k);
 }
 
-bool luna__cancel_pending(lua_State *L, luna__binding *b) {
-  luna__task *t = b->current;
-  return t != NULL && t->co == L && t->cancel_requested;
-}
-
-void luna__check_cancelled(lua_State *L, luna__binding *b, bool before) {
-  if (!before && luna__cancel_pending(L, b)) {
-    luna__push_cancel_error(L);
-    lua_error(L);
-  }
+int luna__raise_cancelled(lua_State *L) {
+  luna__push_cancel_error(L);
+  return lua_error(L);
 }
 
 /* ---- waking from the core ------------------------------------------------------ */

@@ -916,7 +916,8 @@ luna__task *luna__new_task_in(lua_State *L, luna__binding *b, int fn_idx, int na
   bool joined = false;
   if (b->closing)
     luaL_error(L, LUNA__CLOSING_MSG);
-  fn_idx = lua_absindex(L, fn_idx);
+  if (fn_idx < 0) /* (no pseudo-index is a task's function) */
+    fn_idx = lua_absindex(L, fn_idx);
   co = lua_newthread(L);
   /* Copies of the function and its arguments go through L: room on both.
      (A C function is only promised LUA_MINSTACK free slots.) */
@@ -971,22 +972,38 @@ bool luna__still_held(luna__binding *b) {
   return false;
 }
 
+/* Like luna__resume_cb, one call starts the run of deferred starts queued
+   one after another (task.defer in a loop), in the queue's order. */
 void luna__start_cb(luna_loop *loop, void *arg) {
   luna__task *t = (luna__task *)arg;
-  (void)loop;
-  t->pending--;
-  if (t->state == LUNA__PENDING && t->wait == LUNA__W_START && !t->cancel_requested) {
-    /* Held: the start waits for the timing's next run (or, when that
-       cannot be queued, runs now). */
-    if (luna__held(t->b) && luna__start_at(t->b, t, (luna_timing)t->timing) == 0)
-      return;
-    run_now(t->b, t, t->on.ready.nresume);
-  } else
-    maybe_release(t->b, t);
+  luna__binding *b = t->b;
+  luna__queue *q = luna__loop_running_queue(loop);
+  resume_ctx c = resume_ctx_of(b); /* as in luna__resume_cb */
+  luna__loop_hold(loop, 1);
+  do {
+    if (t->b != b) {
+      b = t->b;
+      c = resume_ctx_of(b);
+    }
+    t->pending--;
+    if (t->state == LUNA__PENDING && t->wait == LUNA__W_START && !t->cancel_requested) {
+      /* Held: the start waits for the timing's next run (or, when that
+         cannot be queued, runs now). */
+      if (luna__held(b) && luna__start_at(b, t, (luna_timing)t->timing) == 0)
+        continue;
+      resume_with(b, t, t->on.ready.nresume, &c, false);
+      if (b->ready.count > 0) /* as run_now */
+        luna__pump(b);
+    } else {
+      maybe_release(b, t);
+    }
+  } while ((t = (luna__task *)luna__queue_take_next(loop, q, luna__start_cb)) != NULL);
+  luna__loop_hold(loop, -1);
 }
 
 int luna__start_at(luna__binding *b, luna__task *t, luna_timing timing) {
-  int rc = luna_enqueue(b->loop, timing, luna__start_cb, t);
+  /* timing is in range (a parsed name, or the task's own) */
+  int rc = luna__loop_enqueue(b->loop, timing, luna__start_cb, t);
   if (rc == 0) {
     t->pending++;
     t->wait = LUNA__W_START;

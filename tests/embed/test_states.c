@@ -352,6 +352,31 @@ static void a_stop_between_yields_leaves_the_rest_queued_in_order(void **state) 
   close_states(loop, a, NULL);
 }
 
+/* Deferred starts queued one after another are started in one call too
+   (luna__start_cb): those of two states and a host's entry between them
+   keep the queue's order, and a start that stops the loop leaves the rest
+   for the next run, first. */
+static void deferred_starts_of_several_states_keep_the_queue_order(void **state) {
+  luna_loop *loop;
+  lua_State *a, *b;
+  (void)state;
+  loop = open_states(&a, &b);
+  lua_pushcfunction(b, l_stop_loop);
+  lua_setglobal(b, "stop_loop");
+  run(a, "task.defer(function() record('a1' .. (task.current() and '' or '?')) end)");
+  run(b, "task.defer(function() record('b1' .. (task.current() and '' or '?')) end)");
+  assert_int_equal(luna_enqueue(loop, LUNA_UPDATE, host_entry, NULL), 0);
+  run(a, "task.defer(function() record('a2' .. (task.current() and '' or '?')) end)");
+  run(b, "task.defer(function() record('b2' .. (task.current() and '' or '?')); stop_loop() end)");
+  run(a, "task.defer(function() record('a3' .. (task.current() and '' or '?')) end)");
+  run(b, "task.defer(function() record('b3' .. (task.current() and '' or '?')) end)");
+  assert_int_equal(luna_loop_frame(loop, 0.05), LUNA_ESTOPPED);
+  assert_string_equal(shared_log, "a1 b1 host a2 b2");
+  frames(loop, 1);
+  assert_string_equal(shared_log, "a1 b1 host a2 b2 a3 b3 host");
+  close_states(loop, a, b);
+}
+
 /* Closing a state whose tasks wait on signals (plain and timed waits): the
    signals' finalizers may run before the binding's, and the tasks'
    cancellation then unwinds their waits on signals already finalized
@@ -382,6 +407,7 @@ int main(void) {
       cmocka_unit_test(callbacks_of_several_states_interleave_in_registration_order),
       cmocka_unit_test(yields_of_several_states_keep_the_queue_order),
       cmocka_unit_test(a_stop_between_yields_leaves_the_rest_queued_in_order),
+      cmocka_unit_test(deferred_starts_of_several_states_keep_the_queue_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
