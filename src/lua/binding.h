@@ -184,6 +184,8 @@ struct luna__binding {
     size_t count, cap;   /* cap >= nslots: releasing never allocates */
   } free_slots;          /* free slots of the anchor table */
   int nslots;            /* slots of the anchor table made so far */
+  int anchored;          /* slots that hold a task: 0 lets the walks over
+                            every slot (closing a state) skip the table */
   int walks;             /* walks of the anchors in creation order under way
                             (anchors.c): released slots wait until they end */
   bool slots_held;       /* slots were released during a walk */

@@ -144,7 +144,7 @@ void luna__free_records(luna__binding *b) {
   void *ud;
   lua_Alloc alloc = lua_getallocf(b->L, &ud);
   int slot;
-  for (slot = 1; slot <= b->nslots; slot++) {
+  for (slot = 1; slot <= b->nslots && b->anchored > 0; slot++) {
     luna__task *t = luna__anchored(b, slot);
     if (t == NULL)
       continue;
@@ -1199,7 +1199,9 @@ size_t luna__cancel_all(luna__binding *b) {
      during the walk they take slots after every other, so they are
      cancelled too, in their own creation order. */
   luna__begin_walk(b);
-  for (slot = 1; slot <= b->nslots; slot++) {
+  /* (b->anchored: none left, the rest of the slots are empty; a task that
+     a cancellation creates is anchored before the test is read again) */
+  for (slot = 1; slot <= b->nslots && b->anchored > 0; slot++) {
     luna__task *t = luna__anchored(b, slot);
     if (t == NULL || LUNA__SETTLED(t))
       continue;
@@ -1231,7 +1233,7 @@ void luna__abandon_all(luna__binding *b) {
   b->ready_spill = b->ready_spill_tail = NULL;
   b->cancels.count = 0;
   b->cancels.head = 0;
-  for (slot = 1; slot <= b->nslots; slot++) {
+  for (slot = 1; slot <= b->nslots && b->anchored > 0; slot++) {
     luna__task *t = luna__anchored(b, slot);
     if (t == NULL || LUNA__SETTLED(t))
       continue;
