@@ -150,16 +150,18 @@ static inline int luna__loop_enqueue(luna_loop *loop, luna_timing timing, luna_f
    is unchanged; what it saves is the drain's indirect call and fn's entry
    and exit per entry. It prefetches the argument of the entry after the
    one taken, as the drain does. Only fn itself may take its entries, and
-   only from within the drain, which re-reads its index after every call. */
-static inline luna__queue *luna__loop_running_queue(luna_loop *loop) {
+   only from within the drain, which re-reads its index after every call.
+   Outside a run (no queue is drained), luna__loop_running_queue gives
+   `none`, an empty queue of the caller's that nothing is ever taken from. */
+static inline luna__queue *luna__loop_running_queue(luna_loop *loop, luna__queue *none) {
   luna__loop_view *v = (luna__loop_view *)(void *)loop;
-  return v->current >= 0 ? &v->queues[v->current] : NULL;
+  return v->current >= 0 ? &v->queues[v->current] : none;
 }
 
 static inline void *luna__queue_take_next(luna_loop *loop, luna__queue *q, luna_fn fn) {
   size_t head;
   const luna__entry *e;
-  if (q == NULL || luna__loop_view_of(loop)->stop)
+  if (luna__loop_view_of(loop)->stop)
     return NULL;
   head = q->run_head;
   if (head >= q->run_n)

@@ -977,7 +977,7 @@ bool luna__still_held(luna__binding *b) {
 void luna__start_cb(luna_loop *loop, void *arg) {
   luna__task *t = (luna__task *)arg;
   luna__binding *b = t->b;
-  luna__queue *q = luna__loop_running_queue(loop);
+  luna__queue none = {0}, *q = luna__loop_running_queue(loop, &none);
   resume_ctx c = resume_ctx_of(b); /* as in luna__resume_cb */
   luna__loop_hold(loop, 1);
   do {
@@ -1025,7 +1025,7 @@ void luna__resume_cb(luna_loop *loop, void *arg) {
      queue may be of several states sharing the loop (mods). The loop is
      held for the whole run instead of around each resume: between two,
      only this function runs. */
-  luna__queue *q = luna__loop_running_queue(loop);
+  luna__queue none = {0}, *q = luna__loop_running_queue(loop, &none);
   resume_ctx c = resume_ctx_of(b);
   luna__loop_hold(loop, 1);
   do {
