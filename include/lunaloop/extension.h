@@ -73,7 +73,8 @@ static inline bool luna__queue_try_push(luna__queue *q, luna_fn fn, void *arg, b
 /* The loop's fields that the layers above use on their hot paths. The
    core keeps them here and nowhere else; a layer reads them through the
    accessors below and never writes them (held changes only through
-   luna__loop_hold, the queues only through luna__loop_enqueue). */
+   luna__loop_hold, the queues only through luna__loop_enqueue and
+   luna__queue_take_next). */
 typedef struct luna__loop_view {
   uint64_t frame;     /* frames begun (luna_loop_frame_count) */
   luna_ns delta;      /* scaled delta of the current frame */
@@ -82,6 +83,8 @@ typedef struct luna__loop_view {
                          fixed step, the tick's dt_ns for a sim's tick */
   int current;        /* timing running now, or -1 (luna_loop_current_timing) */
   int held;           /* > 0: a layer runs code that must not drive frames */
+  bool stop;          /* luna_loop_stop was called during a run: the run
+                         ends after the callback that called it */
   bool in_fixed_step; /* from a FixedUpdate run to the end of its
                          LastFixedUpdate (or a sim's tick, lunaloop/sim.h):
                          delta time reads step_dt */
@@ -133,6 +136,43 @@ static inline int luna__loop_enqueue(luna_loop *loop, luna_timing timing, luna_f
   luna__queue *q = &((luna__loop_view *)(void *)loop)->queues[timing];
   return luna__queue_try_push(q, fn, arg, false) ? 0
                                                 : luna__loop_enqueue_grow(loop, timing, fn, arg);
+}
+
+/* A continuation that handles several entries in one call (the binding's
+   yields, one entry a task per frame): luna__loop_running_queue, called by
+   the continuation while the drain of the running timing's queue calls it,
+   gives that queue (constant for the whole call), and
+   luna__queue_take_next takes the entry the drain would call next when it
+   is another call of fn (queued by luna__loop_enqueue or luna_enqueue,
+   never a post) and luna_loop_stop was not called, and returns its
+   argument: fn handles it in the same call, and the drain goes on after it
+   as if it had called it. NULL otherwise, nothing taken. The queue's order
+   is unchanged; what it saves is the drain's indirect call and fn's entry
+   and exit per entry. It prefetches the argument of the entry after the
+   one taken, as the drain does. Only fn itself may take its entries, and
+   only from within the drain, which re-reads its index after every call.
+   Outside a run (no queue is drained), luna__loop_running_queue gives
+   `none`, an empty queue of the caller's that nothing is ever taken from. */
+static inline luna__queue *luna__loop_running_queue(luna_loop *loop, luna__queue *none) {
+  luna__loop_view *v = (luna__loop_view *)(void *)loop;
+  return v->current >= 0 ? &v->queues[v->current] : none;
+}
+
+static inline void *luna__queue_take_next(luna_loop *loop, luna__queue *q, luna_fn fn) {
+  size_t head;
+  const luna__entry *e;
+  if (luna__loop_view_of(loop)->stop)
+    return NULL;
+  head = q->run_head;
+  if (head >= q->run_n)
+    return NULL;
+  e = &q->run[head];
+  if (e->fn != fn)
+    return NULL;
+  q->run_head = head + 1;
+  if (head + 1 < q->run_n)
+    LUNA__PREFETCH(e[1].arg);
+  return e->arg;
 }
 
 /* luna_timer_add for a caller whose timing and kind are in range and fn not

@@ -294,7 +294,7 @@ static void proxy_cb(luna_loop *loop, void *arg) {
     gtimer *t = &c->slots[s];
     luna_fn fn = t->fn;
     void *targ = t->arg;
-    if (loop->stop || !running(c)) {
+    if (loop->v.stop || !running(c)) {
       /* luna_loop_stop, or a callback paused the clock: the rest wait (for
          the next run, or for the resume) */
       size_t k;

@@ -109,7 +109,7 @@ int luna_loop_reset(luna_loop *loop) {
     luna__queue_drop(&loop->v.queues[t]);
   luna__timers_drop(&loop->timers);
   luna__runner_drop(&loop->runner);
-  loop->stop = false;
+  loop->v.stop = false;
   return 0;
 }
 
@@ -219,8 +219,8 @@ static int run_timing(luna_loop *loop, int timing) {
     loop->history.current[timing] += cost;
     loop->history.measured = true;
   }
-  if (stopped || loop->stop) {
-    loop->stop = false;
+  if (stopped || loop->v.stop) {
+    loop->v.stop = false;
     return LUNA_ESTOPPED;
   }
   return 0;
@@ -233,8 +233,8 @@ static int run_pair(luna_loop *loop, int timing) {
     return rc;
   if (loop->hook != NULL) {
     loop->hook(loop, (luna_timing)timing, loop->hook_ud);
-    if (loop->stop) {
-      loop->stop = false;
+    if (loop->v.stop) {
+      loop->v.stop = false;
       return LUNA_ESTOPPED;
     }
   }
@@ -354,7 +354,7 @@ int luna_loop_run(luna_loop *loop, luna_timing timing) {
 
 void luna_loop_stop(luna_loop *loop) {
   if (loop != NULL && (loop->v.current >= 0 || loop->in_frame))
-    loop->stop = true;
+    loop->v.stop = true;
 }
 
 int luna_loop_fixed_steps(const luna_loop *loop) {

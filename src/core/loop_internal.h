@@ -56,7 +56,6 @@ struct luna_loop {
   /* Reentrancy: which driver or callback is on the stack. */
   bool in_frame;           /* inside luna_loop_frame (hooks included) */
   bool in_listener;        /* dispatching reset/free to listeners */
-  bool stop;               /* luna_loop_stop was called during a run */
   uint64_t run_seq;        /* the timer sequence when the current run began:
                               group clocks (gclock.c) call only older timers */
 
@@ -100,7 +99,7 @@ struct luna_loop {
 /* True once luna_loop_stop was called in the current run: the modules check
    it after every callback and return at once, keeping what is left. */
 static inline bool luna__loop_stopping(const luna_loop *loop) {
-  return loop->stop;
+  return loop->v.stop;
 }
 
 #endif

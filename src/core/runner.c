@@ -308,7 +308,7 @@ bool luna__runner_run(luna__runner *r, int timing, luna_loop *loop) {
       bt.i = i;
       bt.n = n;
       bt.step = step;
-      bt.stop = &loop->stop;
+      bt.stop = &loop->v.stop;
       r->batch_fn(loop, &bt);
       if (bt.i > i) {
         i = bt.i - 1; /* the loop's i++ makes it the first one not taken */

@@ -98,7 +98,7 @@ static void rebuild_free_slots(luna__binding *b) {
     return;
   b->free_slots.count = 0;
   for (i = b->nslots; i >= 1; i--)
-    if (luna__anchored(b, i) == NULL)
+    if (b->anchored == 0 || luna__anchored(b, i) == NULL) /* all free: no read */
       b->free_slots.a[b->free_slots.count++] = i;
 }
 
@@ -109,7 +109,7 @@ static void sort_anchors(luna__binding *b) {
   int n = b->nslots, i;
   uint64_t prev = 0;
   bool sorted = true;
-  for (i = 1; i <= n && sorted; i++) {
+  for (i = 1; i <= n && sorted && b->anchored > 0; i++) { /* none: sorted */
     uint64_t k = slot_key(b, i);
     sorted = k >= prev;
     prev = k;

@@ -38,6 +38,7 @@ static inline int luna__anchor(lua_State *L, luna__binding *b) {
     b->free_slots.count--;
   else
     b->nslots++;
+  b->anchored++;
   return slot;
 }
 
@@ -47,6 +48,7 @@ static inline int luna__anchor(lua_State *L, luna__binding *b) {
 static inline void luna__unanchor(luna__binding *b, int slot) {
   lua_pushnil(b->anchor_L);
   lua_rawseti(b->anchor_L, 1, slot);
+  b->anchored--;
   if (b->walks > 0)
     b->slots_held = true;
   else if (b->free_slots.a != NULL) /* NULL once the binding closed */

@@ -256,11 +256,20 @@ bool luna__in_await(lua_State *co) {
   return t != NULL && t->state == LUNA__PENDING;
 }
 
-int luna__refuse_resume(lua_State *L, luna__task *t, lua_KContext ctx, lua_KFunction k) {
+/* Out of line: it is the continuations' rare path, and inlined into
+   await_k it made every resume save and restore five registers. */
+LUNA__NOINLINE int luna__refuse_resume(lua_State *L, luna__task *t, lua_KContext ctx,
+                                       lua_KFunction k) {
   /* What the resumer passed goes; the values the task was woken with stay. */
   lua_settop(L, mark_index(L) + (t->state == LUNA__READY ? t->on.ready.nresume : 0));
   lua_pushliteral(L, LUNA__RESUME_TASK_MSG);
   return lua_yieldk(L, 1, ctx, k);
+}
+
+/* The error a task was woken with, on top of L: raised at its await. */
+static LUNA__NOINLINE int raise_woken_error(lua_State *L, luna__task *t) {
+  t->resume_error = false;
+  return lua_error(L);
 }
 
 /* The continuation of every await: the values woken with are on top (or an
@@ -270,10 +279,8 @@ static int await_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   if (luna__running_task != t)
     return luna__refuse_resume(L, t, ctx, await_k);
-  if (t->resume_error) {
-    t->resume_error = false;
-    return lua_error(L);
-  }
+  if (t->resume_error)
+    return raise_woken_error(L, t);
   return t->on.ready.nresume;
 }
 
@@ -281,16 +288,9 @@ int luna__suspend(lua_State *L, luna__task *t) {
   return luna__yield_task(L, (lua_KContext)t, await_k);
 }
 
-bool luna__cancel_pending(lua_State *L, luna__binding *b) {
-  luna__task *t = b->current;
-  return t != NULL && t->co == L && t->cancel_requested;
-}
-
-void luna__check_cancelled(lua_State *L, luna__binding *b, bool before) {
-  if (!before && luna__cancel_pending(L, b)) {
-    luna__push_cancel_error(L);
-    lua_error(L);
-  }
+int luna__raise_cancelled(lua_State *L) {
+  luna__push_cancel_error(L);
+  return lua_error(L);
 }
 
 /* ---- waking from the core ------------------------------------------------------ */
@@ -361,9 +361,8 @@ static int arm_timer(lua_State *L, luna__task *t, luna_timing timing,
   return luna__suspend(L, t);
 }
 
-/* task.yield([timing]): resume at the next run of `timing` (default Update);
-   from inside that timing's run, at its next run (never the same drain). */
-static int l_yield(lua_State *L) {
+/* task.yield([timing]) in full: any argument, and every error. */
+static LUNA__NOINLINE int yield_checked(lua_State *L) {
   luna_timing timing = luna__opt_timing(L, 1, LUNA_UPDATE);
   luna__task *t = await_task(L, "task.yield");
   int rc = luna__loop_enqueue(t->b->loop, timing, luna__resume_cb, t);
@@ -373,6 +372,24 @@ static int l_yield(lua_State *L) {
   t->wait = LUNA__W_YIELD;
   t->timing = (uint8_t)timing;
   return luna__suspend(L, t);
+}
+
+/* task.yield([timing]): resume at the next run of `timing` (default Update);
+   from inside that timing's run, at its next run (never the same drain).
+   A bare task.yield() from a task that may suspend, the await of a task
+   that yields every frame, takes the path below: no argument to parse, and
+   the checks' errors and the queue's growth out of line (yield_checked), so
+   it keeps two registers where the general path saved four. */
+static int l_yield(lua_State *L) {
+  luna__task *t;
+  if (lua_gettop(L) == 0 && (t = luna__fast_await(L)) != NULL &&
+      luna__loop_enqueue(t->b->loop, LUNA_UPDATE, luna__resume_cb, t) == 0) {
+    t->pending++;
+    t->wait = LUNA__W_YIELD;
+    t->timing = (uint8_t)LUNA_UPDATE;
+    return luna__suspend(L, t);
+  }
+  return yield_checked(L);
 }
 
 /* task.next_frame([timing]): resume at the first run of `timing` in a later

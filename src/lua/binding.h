@@ -184,6 +184,8 @@ struct luna__binding {
     size_t count, cap;   /* cap >= nslots: releasing never allocates */
   } free_slots;          /* free slots of the anchor table */
   int nslots;            /* slots of the anchor table made so far */
+  int anchored;          /* slots that hold a task: 0 lets the walks over
+                            every slot (closing a state) skip the table */
   int walks;             /* walks of the anchors in creation order under way
                             (anchors.c): released slots wait until they end */
   bool slots_held;       /* slots were released during a walk */
@@ -538,13 +540,22 @@ luna_clock luna__field_clock(lua_State *L, int opts, const char *field, luna_clo
 /* opts.<field> as a boolean: nil gives `def`; any other type raises, since
    Lua would read 0 or "no" as true. */
 bool luna__field_boolean(lua_State *L, int opts, const char *field, bool def);
-/* True when L is the current task and its cancellation was requested. */
-bool luna__cancel_pending(lua_State *L, luna__binding *b);
+/* True when L is the current task and its cancellation was requested.
+   Inline, as luna__check_cancelled: every task.spawn asks both. */
+static inline bool luna__cancel_pending(lua_State *L, luna__binding *b) {
+  luna__task *t = b->current;
+  return t != NULL && t->co == L && t->cancel_requested;
+}
+/* Raises the cancellation error in L (luna__check_cancelled's rare path). */
+int luna__raise_cancelled(lua_State *L);
 /* Raises the cancellation error in L when L is the current task and its
    cancellation was requested during a call that resumed another task
    (`before` is luna__cancel_pending from before that call: a task already
    unwinding from its cancellation may still spawn and cancel). */
-void luna__check_cancelled(lua_State *L, luna__binding *b, bool before);
+static inline void luna__check_cancelled(lua_State *L, luna__binding *b, bool before) {
+  if (!before && luna__cancel_pending(L, b))
+    luna__raise_cancelled(L);
+}
 void luna__open_await(lua_State *L, luna__binding *b);
 
 /* ---- internal.c: primitives for the Lua-side composition code ---------- */

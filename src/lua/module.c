@@ -16,12 +16,23 @@ static const char module_key = 'm';
 
 /* task.spawn(fn, ...) -> Task: creates a task and runs it now until its first
    await (as Roblox's task.spawn). */
+/* The binding of the module's function running on L: from a task of this
+   state (the spawner of most tasks), its record's, with no upvalue to
+   read. A running task's thread is L only in its own state, whose binding
+   this is. */
+static inline luna__binding *spawner_binding(lua_State *L) {
+  luna__task *cur = luna__running_task;
+  return cur != NULL && cur->co == L && cur->b->loop != NULL ? cur->b
+                                                             : luna__upvalue_binding(L);
+}
+
 static int l_spawn(lua_State *L) {
-  luna__binding *b = luna__upvalue_binding(L);
+  luna__binding *b = spawner_binding(L);
   luna__task *t;
   bool before = luna__cancel_pending(L, b);
   lua_State *saved;
-  luaL_checktype(L, 1, LUA_TFUNCTION);
+  if (lua_type(L, 1) != LUA_TFUNCTION)
+    luaL_checktype(L, 1, LUA_TFUNCTION);
   t = luna__new_task(L, b, 1, lua_gettop(L) - 1);
   saved = luna__enter_exec(b, L);
   luna__start(b, t);
@@ -33,7 +44,8 @@ static int l_spawn(lua_State *L) {
 static int spawn_later(lua_State *L, luna__binding *b, int fn_idx, luna_timing timing) {
   luna__task *t;
   int rc;
-  luaL_checktype(L, fn_idx, LUA_TFUNCTION);
+  if (lua_type(L, fn_idx) != LUA_TFUNCTION)
+    luaL_checktype(L, fn_idx, LUA_TFUNCTION);
   t = luna__new_task(L, b, fn_idx, lua_gettop(L) - fn_idx);
   rc = luna__start_at(b, t, timing);
   if (rc != 0) {
@@ -45,7 +57,7 @@ static int spawn_later(lua_State *L, luna__binding *b, int fn_idx, luna_timing t
 
 /* task.defer(fn, ...) -> Task: starts at the next run of Update. */
 static int l_defer(lua_State *L) {
-  return spawn_later(L, luna__upvalue_binding(L), 1, LUNA_UPDATE);
+  return spawn_later(L, spawner_binding(L), 1, LUNA_UPDATE);
 }
 
 /* task.spawn_at(timing, fn, ...) -> Task: starts at the next run of timing. */

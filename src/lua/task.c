@@ -144,7 +144,7 @@ void luna__free_records(luna__binding *b) {
   void *ud;
   lua_Alloc alloc = lua_getallocf(b->L, &ud);
   int slot;
-  for (slot = 1; slot <= b->nslots; slot++) {
+  for (slot = 1; slot <= b->nslots && b->anchored > 0; slot++) {
     luna__task *t = luna__anchored(b, slot);
     if (t == NULL)
       continue;
@@ -707,33 +707,56 @@ static LUNA__NOINLINE bool resumed_elsewhere(lua_State *co) {
   return lua_status(co) == LUA_OK && (lua_gettop(co) == 1 || lua_getstack(co, 0, &ar));
 }
 
-/* Counts a resume for task.stats (per timing, current frame only). It
-   reads the frame and timing through the loop's view (extension.h), a load
-   each: this runs once per resume. */
-static void count_resume(luna__binding *b) {
+/* The counter of resumes for task.stats (per timing, current frame only)
+   that a resume made now adds to: the frame's, cleared when a new frame
+   began. It reads the frame and timing through the loop's view
+   (extension.h), a load each. Both stay the same until the code that
+   drives the loop runs again, so a caller that resumes several tasks in a
+   row takes it once (luna__resume_cb). */
+static uint32_t *resume_counter(luna__binding *b) {
   uint64_t frame = luna__loop_frame(b->loop);
   int timing = luna__loop_timing(b->loop);
   if (frame != b->stats_frame) {
     memset(b->resumes, 0, sizeof b->resumes);
     b->stats_frame = frame;
   }
-  b->resumes[timing < 0 ? LUNA_TIMING_COUNT : timing]++;
+  return &b->resumes[timing < 0 ? LUNA_TIMING_COUNT : timing];
 }
 
 /* ---- the one place that resumes ------------------------------------------------ */
+
+/* What a resume reads of the binding and the thread's state before it
+   starts and puts back when it ends (resume_ctx_of): the same for a run of
+   resumes made one after another at the same level, so such a caller
+   (luna__resume_cb) takes it once for all of them. */
+typedef struct resume_ctx {
+  lua_State *from;          /* luna__exec_state(b) */
+  uint32_t *counter;        /* resume_counter(b) */
+  luna__outer outer;        /* what luna__enter_task(b, ...) replaces */
+  lua_State *outer_running; /* what luna__enter_thread replaces */
+} resume_ctx;
+
+static LUNA__ALWAYS_INLINE resume_ctx resume_ctx_of(luna__binding *b) {
+  resume_ctx c;
+  c.from = luna__exec_state(b);
+  c.counter = resume_counter(b);
+  c.outer.current = b->current;
+  c.outer.task = luna__running_task;
+  c.outer_running = luna__running;
+  return c;
+}
 
 /* Inlined into each of its few callers on purpose: a yield returns from
    lua_resume through a longjmp, which leaves the CPU's return-address
    predictor out of step, so every call level between the continuation and
    lua_resume costs a mispredicted return, and the instructions after such
    calls are the hottest of a yield round trip. Settling stays out of
-   line. */
-static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int nargs) {
-  lua_State *from = luna__exec_state(b), *outer_running;
-  luna__outer outer;
+   line. `c` is resume_ctx_of(b), taken by the caller; `hold` false when
+   the caller holds the loop itself (luna__loop_hold) around its resumes. */
+static LUNA__ALWAYS_INLINE void resume_with(luna__binding *b, luna__task *t, int nargs,
+                                            const resume_ctx *c, bool hold) {
   int st, nres = 0;
   bool ended_bare = false;
-
   /* Below the nargs values the scheduler pushed, at least the await's mark
      (luna__yield_task) or the task's function: a coroutine closed behind
      the scheduler's back has lost them, and lua_resume would read below
@@ -746,18 +769,20 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
   }
   t->state = LUNA__RUNNING;
   t->wait = LUNA__W_NONE;
-  outer = luna__enter_task(b, t);
+  b->current = t; /* luna__enter_task, what it replaces being in c */
+  luna__running_task = t;
   b->depth++;
-  count_resume(b);
+  (*c->counter)++;
   LUNA__OBSERVE(b, on_resume, t, true);
-  outer_running = luna__enter_thread(t->co);
-  luna__loop_hold(b->loop, 1);
-  st = lua_resume(t->co, from, nargs, &nres);
+  luna__running = t->co; /* luna__enter_thread */
+  if (hold)
+    luna__loop_hold(b->loop, 1);
+  st = lua_resume(t->co, c->from, nargs, &nres);
   while (st == LUA_YIELD && t->wait == LUNA__W_NONE) {
     if (nres > 0)
       lua_pop(t->co, nres);
     arm_bare_yield(b, t);
-    st = lua_resume(t->co, from, 0, &nres);
+    st = lua_resume(t->co, c->from, 0, &nres);
     if (st == LUA_OK && lua_gethook(t->co) == bare_yield_hook) {
       st = bare_yield_ended(b, t); /* no Lua instruction ran to raise it */
       ended_bare = true;
@@ -767,11 +792,12 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
     if (b->hook_error == LUNA__HOOK_BARE_YIELD)
       b->hook_error = LUNA__HOOK_NONE;
   }
-  luna__loop_hold(b->loop, -1);
-  luna__leave_thread(outer_running);
+  if (hold)
+    luna__loop_hold(b->loop, -1);
+  luna__leave_thread(c->outer_running);
   LUNA__OBSERVE(b, on_resume, t, false);
   b->depth--;
-  luna__leave_task(b, outer);
+  luna__leave_task(b, c->outer);
 
   if (st == LUA_YIELD) {
     if (nres > 0) /* an await yields no values: no call on every resume */
@@ -784,6 +810,11 @@ static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int narg
   } else {
     finish_error(b, t, st);
   }
+}
+
+static LUNA__ALWAYS_INLINE void resume(luna__binding *b, luna__task *t, int nargs) {
+  resume_ctx c = resume_ctx_of(b);
+  resume_with(b, t, nargs, &c, true);
 }
 
 /* Resumes one drain of the ready ring makes before the rest waits for the
@@ -885,7 +916,8 @@ luna__task *luna__new_task_in(lua_State *L, luna__binding *b, int fn_idx, int na
   bool joined = false;
   if (b->closing)
     luaL_error(L, LUNA__CLOSING_MSG);
-  fn_idx = lua_absindex(L, fn_idx);
+  if (fn_idx < 0) /* (no pseudo-index is a task's function) */
+    fn_idx = lua_absindex(L, fn_idx);
   co = lua_newthread(L);
   /* Copies of the function and its arguments go through L: room on both.
      (A C function is only promised LUA_MINSTACK free slots.) */
@@ -940,22 +972,38 @@ bool luna__still_held(luna__binding *b) {
   return false;
 }
 
+/* Like luna__resume_cb, one call starts the run of deferred starts queued
+   one after another (task.defer in a loop), in the queue's order. */
 void luna__start_cb(luna_loop *loop, void *arg) {
   luna__task *t = (luna__task *)arg;
-  (void)loop;
-  t->pending--;
-  if (t->state == LUNA__PENDING && t->wait == LUNA__W_START && !t->cancel_requested) {
-    /* Held: the start waits for the timing's next run (or, when that
-       cannot be queued, runs now). */
-    if (luna__held(t->b) && luna__start_at(t->b, t, (luna_timing)t->timing) == 0)
-      return;
-    run_now(t->b, t, t->on.ready.nresume);
-  } else
-    maybe_release(t->b, t);
+  luna__binding *b = t->b;
+  luna__queue none = {0}, *q = luna__loop_running_queue(loop, &none);
+  resume_ctx c = resume_ctx_of(b); /* as in luna__resume_cb */
+  luna__loop_hold(loop, 1);
+  do {
+    if (t->b != b) {
+      b = t->b;
+      c = resume_ctx_of(b);
+    }
+    t->pending--;
+    if (t->state == LUNA__PENDING && t->wait == LUNA__W_START && !t->cancel_requested) {
+      /* Held: the start waits for the timing's next run (or, when that
+         cannot be queued, runs now). */
+      if (luna__held(b) && luna__start_at(b, t, (luna_timing)t->timing) == 0)
+        continue;
+      resume_with(b, t, t->on.ready.nresume, &c, false);
+      if (b->ready.count > 0) /* as run_now */
+        luna__pump(b);
+    } else {
+      maybe_release(b, t);
+    }
+  } while ((t = (luna__task *)luna__queue_take_next(loop, q, luna__start_cb)) != NULL);
+  luna__loop_hold(loop, -1);
 }
 
 int luna__start_at(luna__binding *b, luna__task *t, luna_timing timing) {
-  int rc = luna_enqueue(b->loop, timing, luna__start_cb, t);
+  /* timing is in range (a parsed name, or the task's own) */
+  int rc = luna__loop_enqueue(b->loop, timing, luna__start_cb, t);
   if (rc == 0) {
     t->pending++;
     t->wait = LUNA__W_START;
@@ -964,21 +1012,43 @@ int luna__start_at(luna__binding *b, luna__task *t, luna_timing timing) {
   return rc;
 }
 
+/* One call handles the run of yields queued one after another (most of a
+   timing's queue when many tasks yield each frame): after each resume it
+   takes the next entry when that is another resume (luna__loop_take_next),
+   in the queue's order, so the drain's indirect call and this function's
+   entry and exit are paid once a run of entries instead of once a task. */
 void luna__resume_cb(luna_loop *loop, void *arg) {
   luna__task *t = (luna__task *)arg;
-  (void)loop;
-  t->pending--;
-  if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_YIELD) {
-    if (luna__held(t->b) && luna_enqueue(loop, (luna_timing)t->timing, luna__resume_cb, t) == 0) {
-      t->pending++; /* held: waits for the timing's next run */
-      return;
+  luna__binding *b = t->b;
+  /* The same for a binding's tasks for the whole call: each resume puts
+     back what it changed, and no frame begins meanwhile. The tasks of one
+     queue may be of several states sharing the loop (mods). The loop is
+     held for the whole run instead of around each resume: between two,
+     only this function runs. */
+  luna__queue none = {0}, *q = luna__loop_running_queue(loop, &none);
+  resume_ctx c = resume_ctx_of(b);
+  luna__loop_hold(loop, 1);
+  do {
+    if (t->b != b) {
+      b = t->b;
+      c = resume_ctx_of(b);
     }
-    t->resume_error = false;
-    t->on.ready.nresume = 0;
-    run_now(t->b, t, 0);
-  } else {
-    maybe_release(t->b, t);
-  }
+    t->pending--;
+    if (t->state == LUNA__SUSPENDED && t->wait == LUNA__W_YIELD) {
+      if (luna__held(b) && luna_enqueue(loop, (luna_timing)t->timing, luna__resume_cb, t) == 0) {
+        t->pending++; /* held: waits for the timing's next run */
+        continue;
+      }
+      t->resume_error = false;
+      t->on.ready.nresume = 0;
+      resume_with(b, t, 0, &c, false);
+      if (b->ready.count > 0) /* as run_now */
+        luna__pump(b);
+    } else {
+      maybe_release(b, t);
+    }
+  } while ((t = (luna__task *)luna__queue_take_next(loop, q, luna__resume_cb)) != NULL);
+  luna__loop_hold(loop, -1);
 }
 
 /* The loop's warm function (luna__loop_set_warm) for the timers that
@@ -1129,7 +1199,9 @@ size_t luna__cancel_all(luna__binding *b) {
      during the walk they take slots after every other, so they are
      cancelled too, in their own creation order. */
   luna__begin_walk(b);
-  for (slot = 1; slot <= b->nslots; slot++) {
+  /* (b->anchored: none left, the rest of the slots are empty; a task that
+     a cancellation creates is anchored before the test is read again) */
+  for (slot = 1; slot <= b->nslots && b->anchored > 0; slot++) {
     luna__task *t = luna__anchored(b, slot);
     if (t == NULL || LUNA__SETTLED(t))
       continue;
@@ -1161,7 +1233,7 @@ void luna__abandon_all(luna__binding *b) {
   b->ready_spill = b->ready_spill_tail = NULL;
   b->cancels.count = 0;
   b->cancels.head = 0;
-  for (slot = 1; slot <= b->nslots; slot++) {
+  for (slot = 1; slot <= b->nslots && b->anchored > 0; slot++) {
     luna__task *t = luna__anchored(b, slot);
     if (t == NULL || LUNA__SETTLED(t))
       continue;

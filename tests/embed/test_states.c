@@ -23,11 +23,14 @@ static void frames(luna_loop *loop, int n) {
 
 /* A log shared by all states: record(s) appends s. */
 static char shared_log[1024];
-static int l_record(lua_State *L) {
-  const char *s = luaL_checkstring(L, 1);
+static void l_record_text(const char *s) {
   if (shared_log[0] != '\0')
     strncat(shared_log, " ", sizeof shared_log - strlen(shared_log) - 1);
   strncat(shared_log, s, sizeof shared_log - strlen(shared_log) - 1);
+}
+
+static int l_record(lua_State *L) {
+  l_record_text(luaL_checkstring(L, 1));
   return 0;
 }
 
@@ -272,6 +275,108 @@ static void callbacks_of_several_states_interleave_in_registration_order(void **
   close_states(loop, a, b);
 }
 
+/* Runs `code` in L with `arg` as its one argument (...). */
+static void run_with(lua_State *L, const char *code, const char *arg) {
+  if (luaL_loadstring(L, code) != LUA_OK)
+    fail_msg("lua: %s", lua_tostring(L, -1));
+  lua_pushstring(L, arg);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK)
+    fail_msg("lua: %s", lua_tostring(L, -1));
+}
+
+/* A host continuation that records "host" and queues itself again, so it
+   keeps its place among the yields of the tasks. */
+static void host_entry(luna_loop *loop, void *arg) {
+  (void)arg;
+  l_record_text("host");
+  assert_int_equal(luna_enqueue(loop, LUNA_UPDATE, host_entry, NULL), 0);
+}
+
+/* Yields queued one after another are resumed in one call of the binding's
+   continuation (task.c, luna__resume_cb): the tasks of two states and a
+   host's entry queued between them keep the queue's order, and each task
+   runs as its own state's current task. */
+static void yields_of_several_states_keep_the_queue_order(void **state) {
+  luna_loop *loop;
+  lua_State *a, *b;
+  const char *body = "local k = ...\n"
+                     "task.spawn(function()\n"
+                     "  local me = task.current()\n"
+                     "  for i = 1, 2 do\n"
+                     "    record(NAME .. k .. (task.current() == me and '' or '?'))\n"
+                     "    task.yield()\n"
+                     "  end\n"
+                     "end)";
+  (void)state;
+  loop = open_states(&a, &b);
+  run_with(a, body, "1");
+  run_with(b, body, "1");
+  assert_int_equal(luna_enqueue(loop, LUNA_UPDATE, host_entry, NULL), 0);
+  run_with(a, body, "2");
+  run_with(b, body, "2");
+  shared_log[0] = '\0';
+  frames(loop, 2);
+  assert_string_equal(shared_log, "a1 b1 host a2 b2 host");
+  close_states(loop, a, b);
+}
+
+/* luna_loop_stop called by a task in the middle of a run of yields: the
+   run ends after that task, and the yields not resumed yet run first at
+   the next run of the timing, before those queued since. */
+static int l_stop_loop(lua_State *L) {
+  luna_loop_stop(luna_lua_loop(L));
+  return 0;
+}
+
+static void a_stop_between_yields_leaves_the_rest_queued_in_order(void **state) {
+  luna_loop *loop;
+  lua_State *a;
+  (void)state;
+  loop = open_states(&a, NULL);
+  lua_pushcfunction(a, l_stop_loop);
+  lua_setglobal(a, "stop_loop");
+  run(a, "for k = 1, 4 do task.spawn(function()\n"
+         "  task.yield()\n"
+         "  for i = 1, 2 do\n"
+         "    record(tostring(k))\n"
+         "    if k == 2 and i == 1 then stop_loop() end\n"
+         "    task.yield()\n"
+         "  end\n"
+         "end) end");
+  assert_int_equal(luna_loop_frame(loop, 0.05), LUNA_ESTOPPED);
+  assert_string_equal(shared_log, "1 2");
+  frames(loop, 1);
+  assert_string_equal(shared_log, "1 2 3 4 1 2");
+  frames(loop, 1);
+  assert_string_equal(shared_log, "1 2 3 4 1 2 3 4");
+  close_states(loop, a, NULL);
+}
+
+/* Deferred starts queued one after another are started in one call too
+   (luna__start_cb): those of two states and a host's entry between them
+   keep the queue's order, and a start that stops the loop leaves the rest
+   for the next run, first. */
+static void deferred_starts_of_several_states_keep_the_queue_order(void **state) {
+  luna_loop *loop;
+  lua_State *a, *b;
+  (void)state;
+  loop = open_states(&a, &b);
+  lua_pushcfunction(b, l_stop_loop);
+  lua_setglobal(b, "stop_loop");
+  run(a, "task.defer(function() record('a1' .. (task.current() and '' or '?')) end)");
+  run(b, "task.defer(function() record('b1' .. (task.current() and '' or '?')) end)");
+  assert_int_equal(luna_enqueue(loop, LUNA_UPDATE, host_entry, NULL), 0);
+  run(a, "task.defer(function() record('a2' .. (task.current() and '' or '?')) end)");
+  run(b, "task.defer(function() record('b2' .. (task.current() and '' or '?')); stop_loop() end)");
+  run(a, "task.defer(function() record('a3' .. (task.current() and '' or '?')) end)");
+  run(b, "task.defer(function() record('b3' .. (task.current() and '' or '?')) end)");
+  assert_int_equal(luna_loop_frame(loop, 0.05), LUNA_ESTOPPED);
+  assert_string_equal(shared_log, "a1 b1 host a2 b2");
+  frames(loop, 1);
+  assert_string_equal(shared_log, "a1 b1 host a2 b2 a3 b3 host");
+  close_states(loop, a, b);
+}
+
 /* Closing a state whose tasks wait on signals (plain and timed waits): the
    signals' finalizers may run before the binding's, and the tasks'
    cancellation then unwinds their waits on signals already finalized
@@ -300,6 +405,9 @@ int main(void) {
       cmocka_unit_test(a_reset_cancels_the_tasks_of_every_state),
       cmocka_unit_test(closing_a_state_with_tasks_waiting_on_signals),
       cmocka_unit_test(callbacks_of_several_states_interleave_in_registration_order),
+      cmocka_unit_test(yields_of_several_states_keep_the_queue_order),
+      cmocka_unit_test(a_stop_between_yields_leaves_the_rest_queued_in_order),
+      cmocka_unit_test(deferred_starts_of_several_states_keep_the_queue_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

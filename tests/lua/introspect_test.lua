@@ -44,6 +44,24 @@ H.case("stats_count_per_timing_work_and_resumes_this_frame", function()
   sleeper:cancel()
 end)
 
+H.case("walks_with_no_task_left_keep_slots_in_creation_order", function()
+  -- Once no task holds a slot, the walks skip the anchor table (anchors.c:
+  -- the free slots are remade without reading it); the tasks created next
+  -- still take the lowest slots, and a later walk lists them in order.
+  for _, t in ipairs(task.list()) do t:cancel() end
+  for _ = 1, 6 do task.spawn(function() task.yield() end) end
+  H.frames(1)
+  H.eq({#task.list(), task.stats().tasks}, {0, 0})
+  local b = {}
+  for i = 1, 3 do b[i] = task.spawn(function() task.delay(10) end) end
+  H.eq(task.list(), b)
+  b[2]:cancel()
+  local c = task.spawn(function() task.delay(10) end)
+  H.eq(task.list(), {b[1], b[3], c})
+  for _, t in ipairs(task.list()) do t:cancel() end
+  H.eq(#task.list(), 0)
+end)
+
 H.case("list_keeps_creation_order_when_ended_tasks_free_their_slots", function()
   -- Tasks keep no list of their own: their anchor slots, reused once
   -- freed, are sorted by creation. b1 and b2 take a4's and a2's slots.
