@@ -49,6 +49,7 @@
 #endif
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -186,6 +187,11 @@ struct luna_workers {
   int spinning;     /* workers polling for a job after one (wait_for_work) */
   int max_spinning; /* at most this many poll at once: the cores less the
                        loop thread's (at least 1) */
+  uint64_t job_ns;  /* a moving average of the jobs' run time, and when a
+                       worker last took a job (should_wake) */
+  uint64_t took_ns;
+  _Atomic(int) loop_cpu; /* the CPU the loop thread last called from, -1:
+                            unknown (a worker does not poll on it) */
   job *dhead, *dtail;
   bool bell;        /* a bell_cb is in the inbox */
   bool room_wanted; /* tasks wait for room: ring the bell when a job is taken */
@@ -211,6 +217,8 @@ struct luna_workers {
   int delivering;        /* bell_cb or det_step on the stack: a task they
                             resume may close the pool and let it go, which
                             must not free it under them (pool_maybe_free) */
+  int deferred;          /* jobs queued by those tasks whose wake-up was put
+                            off to the delivery's end (hand_over) */
   job *det_head;         /* deterministic jobs outstanding, by (due, seq) */
   bool det_item_on;
   luna_item_id det_item;
@@ -850,6 +858,15 @@ static void bell_cb(luna_loop *loop, void *arg);
 #define SPIN_MAX_NS 50000
 #define SPIN_MIN_NS 2000
 
+/* Jobs shorter than this on average are "short" for should_wake, and a
+   short job's worker counts as about to take the next; WAKE_DEPTH jobs
+   queued per awake worker are left to it before a sleeper is woken. */
+#define WAKE_WORTH_NS 20000
+#define WAKE_DEPTH 2
+/* At most this many jobs queued by tasks that a delivery resumed wait for
+   its end to wake a worker (hand_over). */
+#define WAKE_BATCH 16
+
 /* A hint to the CPU that this is a busy-wait: on x86 PAUSE (it stops
    the loop's speculative loads from being flushed as a memory-order
    violation when the line changes, and yields the core's resources to a
@@ -889,6 +906,23 @@ static bool spin_for_work(luna_workers *p, uint64_t deadline) {
   }
 }
 
+/* The calling thread's CPU, or -1 where the system does not say. */
+static int current_cpu(void) {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+/* The loop thread made its last call on the CPU this worker runs on
+   (sched_getcpu reads the rseq area, no system call, on a current
+   glibc). */
+static bool on_loop_cpu(luna_workers *p) {
+  int loop = atomic_load_explicit(&p->loop_cpu, memory_order_relaxed);
+  return loop >= 0 && loop == current_cpu();
+}
+
 /* Waits, with mu held (and held again on return), until a job is queued
    or the pool is stopping. After a job (`spin`) the worker first polls for
    w->spin_ns without the mutex, counted in `spinning` so that hand_over
@@ -909,11 +943,27 @@ static bool spin_for_work(luna_workers *p, uint64_t deadline) {
    us with a fixed 50 us poll, 21-25 us with this one). Halving brings the
    budget down to SPIN_MIN_NS in five jobs, and does the same for a host
    whose jobs come a frame apart (where no poll pays); a poll that pays
-   earns it back as fast. */
+   earns it back as fast.
+
+   A job that comes soon after a poll gave up (within SPIN_MAX_NS of its
+   start) sets the budget to twice that wait: the next poll would have
+   found it. Without this the budget had two stable states: once it
+   shrank to SPIN_MIN_NS (a loaded moment), each job found the worker
+   asleep, each call paid the futex wake (a few microseconds in the loop
+   thread), so the calls came further apart than the shrunk poll and it
+   never grew again (W7 pipelined: 4 to 16 us a job instead of 1.6; futex
+   calls per job 0.05 in one state and 1.1 in the other). It does not grow
+   when the job came from this worker's CPU (on_loop_cpu): then the loop
+   thread made it only because the worker slept (a process pinned to one
+   core, or a wake-up that put both threads on one CPU), and a longer poll
+   would have kept it from being made. */
 static void wait_for_work(luna_workers *p, worker *w, bool spin) {
+  uint64_t began = 0;
   if (spin && !p->stopping && p->qhead == NULL && p->spinning < p->max_spinning) {
-    uint64_t deadline = monotonic_ns() + w->spin_ns;
+    uint64_t deadline;
     bool seen = true;
+    began = monotonic_ns();
+    deadline = began + w->spin_ns;
     p->spinning++;
     while (seen && !p->stopping && p->qhead == NULL) {
       pthread_mutex_unlock(&p->mu);
@@ -926,10 +976,19 @@ static void wait_for_work(luna_workers *p, worker *w, bool spin) {
     else
       w->spin_ns = w->spin_ns / 2 > SPIN_MIN_NS ? w->spin_ns / 2 : SPIN_MIN_NS;
   }
-  while (!p->stopping && p->qhead == NULL) {
+  if (p->stopping || p->qhead != NULL)
+    return;
+  do {
     p->sleeping++;
     pthread_cond_wait(&p->work_cv, &p->mu);
     p->sleeping--;
+  } while (!p->stopping && p->qhead == NULL);
+  if (began != 0) {
+    uint64_t waited = monotonic_ns() - began;
+    if (waited < SPIN_MAX_NS && !on_loop_cpu(p))
+      w->spin_ns = waited * 2 >= SPIN_MAX_NS ? SPIN_MAX_NS
+                   : waited * 2 <= SPIN_MIN_NS ? SPIN_MIN_NS
+                                               : (uint32_t)(waited * 2);
   }
 }
 
@@ -957,6 +1016,7 @@ static void *worker_main(void *arg) {
   for (;;) {
     job *j;
     bool ring = false;
+    uint64_t began;
     wait_for_work(p, w, spin);
     if (p->stopping)
       break;
@@ -967,6 +1027,7 @@ static void *worker_main(void *arg) {
     j->next = NULL;
     atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
     p->running++;
+    began = p->took_ns = monotonic_ns();
     if (p->room_wanted && !p->bell)
       ring = p->bell = true;
     pthread_mutex_unlock(&p->mu);
@@ -975,10 +1036,17 @@ static void *worker_main(void *arg) {
       p->bell = false;
       pthread_mutex_unlock(&p->mu);
     }
-    run_job(w, j);
-    spin = true;
-    ring = false;
-    pthread_mutex_lock(&p->mu);
+    {
+      uint64_t dt;
+      run_job(w, j);
+      dt = monotonic_ns() - began;
+      if (dt > 1000000000u)
+        dt = 1000000000u;
+      spin = true;
+      ring = false;
+      pthread_mutex_lock(&p->mu);
+      p->job_ns = (p->job_ns * 7 + dt) / 8;
+    }
     p->running--;
     if (j->outcome == OUT_OK)
       p->st.completed++;
@@ -1169,6 +1237,7 @@ static void wake_room(luna_workers *p, size_t room) {
 
 static void pool_maybe_free(luna_workers *p);
 static int det_arm(luna_workers *p);
+static void flush_wake(luna_workers *p);
 
 static void bell_cb(luna_loop *loop, void *arg) {
   luna_workers *p = (luna_workers *)arg;
@@ -1214,6 +1283,7 @@ static void bell_cb(luna_loop *loop, void *arg) {
     p->room_wanted = p->room_head < p->nroom;
     pthread_mutex_unlock(&p->mu);
   }
+  flush_wake(p); /* the tasks resumed here have yielded */
   p->delivering--;
   pool_maybe_free(p); /* a task resumed here closed the pool and let it go */
 }
@@ -1235,6 +1305,10 @@ static bool det_step(luna_loop *loop, void *arg) {
       pthread_mutex_unlock(&p->mu);
       continue;
     }
+    /* a late job may wait behind a running one that should_wake let
+       be: the loop is about to block, so wake whoever sleeps */
+    if (!j->done && p->sleeping > 0 && atomic_load_explicit(&p->queued, memory_order_relaxed) > 0)
+      pthread_cond_broadcast(&p->work_cv);
     while (!j->done)
       pthread_cond_wait(&p->done_cv, &p->mu);
     pthread_mutex_unlock(&p->mu);
@@ -1242,6 +1316,7 @@ static bool det_step(luna_loop *loop, void *arg) {
     deliver(p, j);
     p->delivering--;
   }
+  flush_wake(p);
   if (p->det_head == NULL || p->closed) {
     p->det_item_on = false;
     pool_maybe_free(p); /* a task resumed here closed the pool and let it go */
@@ -1507,6 +1582,8 @@ LUNA_API int luna_workers_new(lua_State *L, const luna_workers_config *cfg, luna
   p->b = b;
   p->nthreads = c.threads;
   p->max_spinning = online_cores() > 1 ? online_cores() - 1 : 1;
+  atomic_init(&p->loop_cpu, -1);
+  p->job_ns = 8 * WAKE_WORTH_NS; /* unknown: long until jobs show otherwise */
   p->cap = c.queue;
   p->memory_limit = c.memory_limit;
   p->instructions = c.instructions;
@@ -1976,6 +2053,54 @@ static int l_workers_submit(lua_State *L) {
   return hand_over(L, j->pool, j, ud, 0);
 }
 
+/* Records the loop thread's CPU for on_loop_cpu: stored only when it
+   changed, so the line the polling workers read stays shared. */
+static void note_loop_cpu(luna_workers *p) {
+  int cpu = current_cpu();
+  if (atomic_load_explicit(&p->loop_cpu, memory_order_relaxed) != cpu)
+    atomic_store_explicit(&p->loop_cpu, cpu, memory_order_relaxed);
+}
+
+/* Wakes a sleeping worker for jobs whose wake-up hand_over put off, if
+   one is still needed. Loop thread, at the end of a delivery. */
+static void flush_wake(luna_workers *p) {
+  bool wake;
+  if (p->deferred == 0)
+    return;
+  p->deferred = 0;
+  pthread_mutex_lock(&p->mu);
+  wake = p->sleeping > 0 && atomic_load_explicit(&p->queued, memory_order_relaxed) > 0;
+  pthread_mutex_unlock(&p->mu);
+  if (wake)
+    pthread_cond_signal(&p->work_cv);
+}
+
+/* Whether a job just queued should wake a sleeping worker (under mu). A
+   polling worker takes a job without a signal (wait_for_work), so only
+   the jobs the polling ones leave count; and while jobs are short (their
+   moving average under WAKE_WORTH_NS) a running worker is about to poll
+   too, so the awake workers (polling or running) are left up to
+   WAKE_DEPTH queued jobs each before a sleeper is woken. Waking costs the
+   loop thread a futex call, and the woken thread then competes for the
+   cores with the loop thread and the awake worker: on 2 cores with 2
+   workers it was woken for most pipelined empty jobs (performance.md, W7
+   run 8). Long jobs keep the old rule (wake for every job no polling
+   worker takes), so a burst of them still spreads over every worker. */
+static bool should_wake(luna_workers *p) {
+  size_t q = atomic_load_explicit(&p->queued, memory_order_relaxed);
+  size_t polling = (size_t)p->spinning;
+  if (p->sleeping == 0 || q <= polling)
+    return false;
+  if (p->job_ns >= WAKE_WORTH_NS || q > (polling + p->running) * WAKE_DEPTH)
+    return true;
+  if (p->running == 0)
+    return q > polling * WAKE_DEPTH;
+  /* a running job counts as about to end only if one began lately: one
+     that has run for WAKE_WORTH_NS already may be long, whatever the
+     average says */
+  return monotonic_ns() - p->took_ns >= WAKE_WORTH_NS;
+}
+
 /* Hands j to the pool: -> Promise | true (a post), or, when the queue is
    full and the caller is a task that may await, nothing is queued and it
    returns false, a Promise `room` to await before trying again, and the
@@ -1983,7 +2108,7 @@ static int l_workers_submit(lua_State *L) {
    (ud NULL) or ud's. */
 static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool_idx) {
   luna_promise *pr = NULL;
-  bool full, can_wait, ring;
+  bool full, can_wait, ring, wake;
   int rc;
   /* only the task's own thread may await: a plain coroutine inside a task
      (or any other caller) queues past the limit */
@@ -2077,6 +2202,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
     ud->j = NULL;
   else
     unpend(p, j);
+  note_loop_cpu(p);
   pthread_mutex_lock(&p->mu);
   if (p->qtail != NULL)
     p->qtail->next = j;
@@ -2087,14 +2213,26 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
   p->st.submitted++;
   if (full)
     p->st.overflowed++;
-  /* A worker that spins takes a job without a signal (wait_for_work): wake
-     a sleeping one only for the jobs the spinning ones leave. A signal
-     saved is a futex call here and a thread woken to find the queue
-     empty. */
-  if (p->sleeping > 0 &&
-      atomic_load_explicit(&p->queued, memory_order_relaxed) > (size_t)p->spinning)
-    pthread_cond_signal(&p->work_cv);
+  wake = should_wake(p);
   pthread_mutex_unlock(&p->mu);
+  if (wake && p->delivering > 0 && p->deferred < WAKE_BATCH - 1) {
+    /* A task that a delivery resumed usually makes more calls before it
+       yields (W7 pipelined: 256): waking now and again for each job that
+       the woken worker, faster than the calls, keeps catching up with
+       costs a futex call and two context switches a job when the worker
+       shares the loop thread's CPU (a loaded machine); the delivery wakes
+       it once when the task yielded (flush_wake), or the WAKE_BATCH-th
+       such job does. The jobs are queued already: a worker that polls or
+       ends a job takes them meanwhile. */
+    p->deferred++;
+    wake = false;
+  } else if (wake) {
+    p->deferred = 0;
+  }
+  /* after the unlock: the woken worker's first act is to take mu, which
+     it would otherwise find held (a futex wait and wake more) */
+  if (wake)
+    pthread_cond_signal(&p->work_cv);
   return 1;
 }
 
