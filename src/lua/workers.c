@@ -235,6 +235,7 @@ struct luna_workers {
   size_t nspare;
   char *scratch;         /* the copier's buffer for the loop thread's encodings */
   size_t scratch_cap;
+  void *hub_cache;       /* luna__promise_new_cached's */
 };
 
 static void *default_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
@@ -1192,6 +1193,15 @@ static void report_post_error(luna_workers *p, job *j) {
   lua_pop(L, 1);
 }
 
+/* The job's results are no values (the encoding's count is 0). */
+static bool no_values(const job *j) {
+  uint32_t n;
+  if (j->res == NULL || j->res_len < sizeof n)
+    return false;
+  memcpy(&n, j->res, sizeof n);
+  return n == 0;
+}
+
 /* Completes one job's promise now (loop thread, at loop level), or reports
    a post's error. Frees the job. */
 static void deliver(luna_workers *p, job *j) {
@@ -1202,7 +1212,11 @@ static void deliver(luna_workers *p, job *j) {
     job_recycle(p, j);
     return;
   }
-  if (j->outcome == OUT_OK) {
+  if (j->outcome == OUT_OK && no_values(j)) {
+    /* nothing to push: the promise settles without a protected call */
+    luna__promise_complete_now(pr, NULL, NULL, NULL, NULL);
+    job_recycle(p, j);
+  } else if (j->outcome == OUT_OK) {
     luna_workers *outer = recycling;
     recycling = p;
     if (luna__promise_complete_now(pr, push_results, j, free_job_cb, NULL) != 0)
@@ -2140,7 +2154,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
       p->room = a;
       p->room_cap = cap;
     }
-    rc = luna__promise_new_in(L, p->b, LUNA_UPDATE, &pr);
+    rc = luna__promise_new_cached(L, p->b, LUNA_UPDATE, &p->hub_cache, &pr);
     if (rc != 0)
       return luaL_error(L, "task.workers: cannot wait for room: %s", luna_strerror(rc));
     if (p->closed) { /* a finalizer run by the allocations closed the pool */
@@ -2170,7 +2184,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
     return 3;
   }
   if (j->kind != JOB_POST) {
-    rc = luna__promise_new_in(L, p->b, LUNA_UPDATE, &pr);
+    rc = luna__promise_new_cached(L, p->b, LUNA_UPDATE, &p->hub_cache, &pr);
     if (rc != 0)
       return luaL_error(L, "task.workers: cannot make the promise: %s", luna_strerror(rc));
     if (p->closed) { /* a finalizer run by the allocation closed the pool */
