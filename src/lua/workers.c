@@ -172,6 +172,11 @@ typedef struct worker {
   char *error;          /* why the state could not be made (startup) */
   char *scratch;        /* the copier's buffer for this worker's encodings */
   size_t scratch_cap;
+  char names[64];       /* the last job's "module\0function\0" (names_len bytes),
+                           whose two Lua strings W's registry keeps at the
+                           references mod_ref and fn_ref */
+  size_t names_len;
+  int mod_ref, fn_ref;
 } worker;
 
 struct luna_workers {
@@ -654,6 +659,12 @@ static int open_worker_state(lua_State *W) {
   lua_rawsetp(W, LUA_REGISTRYINDEX, &freeze_key);
   lua_newtable(W);
   lua_rawsetp(W, LUA_REGISTRYINDEX, &cache_key);
+  /* run_protected's names, at registry references (integer keys: the
+     registry's array part, cheaper than a pointer key's hash) */
+  lua_pushboolean(W, 0);
+  w->mod_ref = luaL_ref(W, LUA_REGISTRYINDEX);
+  lua_pushboolean(W, 0);
+  w->fn_ref = luaL_ref(W, LUA_REGISTRYINDEX);
   if (p->init != NULL) {
     int top = lua_gettop(W);
     if (p->init(W, w->index, p->init_ud) != 0) {
@@ -671,6 +682,7 @@ static lua_State *make_state(worker *w, char **err) {
   lua_State *W;
   w->mem = 0;
   w->oom = false;
+  w->names_len = 0; /* the strings were the old state's */
   w->epoch = atomic_load_explicit(&share_epoch, memory_order_acquire);
   W = lua_newstate(worker_alloc, w);
   if (W == NULL) {
@@ -705,15 +717,37 @@ static int run_protected(lua_State *W) {
   job *j = w->current;
   char what[160];
   int base, n, st;
+  size_t nlen = (size_t)(j->fn - j->names) + strlen(j->fn) + 1;
   lua_settop(W, 0);
-  /* the function: require(module)[fn] */
+  /* the function: require(module)[fn]. The names as Lua strings: those of
+     the last job when they are the same (the usual run of calls of one
+     function); making them from the job's bytes hashed and interned both
+     each time (the job's buffer is at a new address each time, so Lua's
+     cache of C strings missed), a sixth of an empty job on the worker. */
   lua_getglobal(W, "require");
-  lua_pushstring(W, j->names);
+  if (nlen == w->names_len && memcmp(j->names, w->names, nlen) == 0) {
+    lua_rawgeti(W, LUA_REGISTRYINDEX, w->mod_ref);
+    lua_rawgeti(W, LUA_REGISTRYINDEX, w->fn_ref);
+  } else {
+    w->names_len = 0;
+    lua_pushstring(W, j->names);
+    lua_pushvalue(W, -1);
+    lua_rawseti(W, LUA_REGISTRYINDEX, w->mod_ref);
+    lua_pushstring(W, j->fn);
+    lua_pushvalue(W, -1);
+    lua_rawseti(W, LUA_REGISTRYINDEX, w->fn_ref);
+    if (nlen <= sizeof w->names) {
+      memcpy(w->names, j->names, nlen);
+      w->names_len = nlen;
+    }
+  }
+  lua_insert(W, 1); /* fn name, require, module name */
   lua_call(W, 1, 1);
-  if (lua_type(W, 1) != LUA_TTABLE)
+  if (lua_type(W, 2) != LUA_TTABLE)
     return luaL_error(W, "module '%s' returned a %s, not a table of functions", j->names,
-                      luaL_typename(W, 1));
-  if (lua_getfield(W, 1, j->fn) != LUA_TFUNCTION)
+                      luaL_typename(W, 2));
+  lua_insert(W, 1); /* module, fn name */
+  if (lua_gettable(W, 1) != LUA_TFUNCTION)
     return luaL_error(W, "module '%s' has no function '%s' (found a %s)", j->names, j->fn,
                       luaL_typename(W, -1));
   base = lua_gettop(W);
@@ -1977,7 +2011,7 @@ static const char *const kind_names[] = {"call", "post", "map", NULL};
    where the Lua checks and an eight-argument primitive were: the loop
    thread's share of a pipelined empty job (W7) is mostly this and the
    delivery. */
-static int l_workers_job(lua_State *L) {
+static int job_core(lua_State *L) {
   int kind = (int)lua_tointeger(L, lua_upvalueindex(2));
   int nargs = lua_gettop(L) - 2;
   pool_ud *pu;
@@ -2027,14 +2061,52 @@ static int l_workers_job(lua_State *L) {
   return prepare_job(L, pu->p, kind, mod, mlen, fn, flen, instr, det, what, 3, nargs, nargs + 3);
 }
 
-/* workers_job_for(Module, kind) -> job: l_workers_job over that metatable
-   for kind "call", "post" or "map" (upvalues: the Module metatable, the
-   kind, the Pool metatable and the four field names). */
+static int l_workers_job(lua_State *L) {
+  return job_core(L);
+}
+
+static int call_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)L;
+  (void)status;
+  (void)ctx;
+  return 1;
+}
+
+/* ai:call itself (Methods.call of workers.lua): job_core's Promise, or,
+   for anything else (back-pressure, a refusal, a bad argument), the Lua
+   function in upvalue 8 called as slow(m, fn, job_core's results...),
+   which awaits room or raises at the user's line, 3 levels up. The usual
+   call then runs no Lua function of ours: a Lua Methods.call around the C
+   path was a vararg call and return a job (W7 pipelined). */
+static int l_module_call(lua_State *L) {
+  int n = job_core(L), top = lua_gettop(L), i;
+  if (n == 1 && lua_type(L, -1) == LUA_TUSERDATA)
+    return 1;
+  luaL_checkstack(L, n + 4, NULL);
+  lua_pushvalue(L, lua_upvalueindex(8));
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  for (i = top - n + 1; i <= top; i++)
+    lua_pushvalue(L, i);
+  lua_callk(L, n + 2, 1, 0, call_k);
+  return 1;
+}
+
+/* workers_job_for(Module, kind [, slow]) -> job: l_workers_job over that
+   metatable for kind "call", "post" or "map" (upvalues: the Module
+   metatable, the kind, the Pool metatable and the four field names); with
+   `slow` (a function, kind "call"), l_module_call, which calls it for
+   what is not a Promise. */
 static int l_workers_job_for(lua_State *L) {
   int kind;
+  bool slow;
   luaL_checktype(L, 1, LUA_TTABLE);
   kind = luaL_checkoption(L, 2, NULL, kind_names);
-  lua_settop(L, 1);
+  slow = !lua_isnoneornil(L, 3);
+  if (slow)
+    luaL_checktype(L, 3, LUA_TFUNCTION);
+  lua_settop(L, 3);
+  lua_pushvalue(L, 1);
   lua_pushinteger(L, kind);
   ensure_metatables(L);
   luaL_getmetatable(L, POOL_MT);
@@ -2042,7 +2114,12 @@ static int l_workers_job_for(lua_State *L) {
   lua_pushliteral(L, "name");
   lua_pushliteral(L, "instructions");
   lua_pushliteral(L, "deliver_frame");
-  lua_pushcclosure(L, l_workers_job, 7);
+  if (slow) {
+    lua_pushvalue(L, 3);
+    lua_pushcclosure(L, l_module_call, 8);
+  } else {
+    lua_pushcclosure(L, l_workers_job, 7);
+  }
   return 1;
 }
 
