@@ -2038,8 +2038,9 @@ static bool opt_field(lua_State *L, int key, lua_Integer min, lua_Integer dflt, 
 
 static const char *const kind_names[] = {"call", "post", "map", NULL};
 
-/* The C path of ai:call, ai:post and ai:map's chunks (workers.lua): a
-   closure over the Module metatable and the kind (JOB_*):
+/* The C path of ai:call (through l_module_call), ai:post and ai:map's
+   chunks (workers.lua): a closure over the Module metatable and the kind
+   (JOB_*):
    job(m, fn, ...) -> Promise | true (a post) | false, room, Job |
    nil, message (a refusal, for the caller to raise at the user's line) |
    nothing (m is not a Module or fn not a string: the caller raises the
