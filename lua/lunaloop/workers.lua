@@ -17,16 +17,17 @@ local Methods = {}
 local Module = {__index = Methods, __name = "lunaloop.WorkerModule",
   __metatable = "lunaloop.WorkerModule"}
 function Module.__tostring(m) return format("WorkerModule (%s)", m.name) end
--- call, post and map's C paths (src/lua/workers.c, l_workers_job)
-local call, post, map = job_for(Module, "call"), job_for(Module, "post"), job_for(Module, "map")
+-- post and map's C paths (src/lua/workers.c, l_workers_job); call's is
+-- Methods.call itself (below)
+local post, map = job_for(Module, "post"), job_for(Module, "map")
 
 local function describe(v)
   return type(v) == "number" and number_text(v) or type(v)
 end
 
-local function check_module(m, fname)
+local function check_module(m, fname, level)
   if metatable(m) ~= Module then
-    argerror(fname, 1, "expected a worker module (use ai:" .. fname .. ")", 3)
+    argerror(fname, 1, "expected a worker module (use ai:" .. fname .. ")", level or 3)
   end
 end
 
@@ -86,21 +87,25 @@ local function job_of(job, kind, fn, level, m, ...)
   return p, room, j
 end
 
---- ai:call(fn, ...) -> Promise: runs module.fn(...) on a worker with copies
--- of the arguments; the Promise resolves with copies of its results or
--- rejects with its error and the worker's traceback.
-function Methods.call(m, fn, ...)
-  local p, room, job = call(m, fn, ...)
-  if p then return p end
+-- What ai:call does when its C path did not return a Promise: p, room,
+-- job are what the C path returned. Called from that C function, so the
+-- user's line is 3 levels up.
+local function call_slow(m, fn, p, room, job)
   if p == false then
-    p = hand_over(2, p, room, job)
+    p = hand_over(3, p, room, job) -- not a tail call: the levels count this function
     return p
   end
-  if room ~= nil then error(room, 2) end
+  if room ~= nil then error(room, 3) end
   -- not a Module, or fn not a string
-  check_module(m, "call")
-  argerror("call", 2, "expected a function name (string), got " .. type(fn))
+  check_module(m, "call", 4)
+  argerror("call", 2, "expected a function name (string), got " .. type(fn), 3)
 end
+
+--- ai:call(fn, ...) -> Promise: runs module.fn(...) on a worker with copies
+-- of the arguments; the Promise resolves with copies of its results or
+-- rejects with its error and the worker's traceback. (The C function
+-- l_module_call; call_slow above for back-pressure and errors.)
+Methods.call = job_for(Module, "call", call_slow)
 
 --- ai:post(fn, ...): as call, one-way: nothing to await; an error is
 -- reported (task.on_error) instead.

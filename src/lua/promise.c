@@ -96,6 +96,75 @@ static bool valid(const luna_promise *p) {
   return p != NULL && p->magic == PROMISE_MAGIC;
 }
 
+/* Freed C blocks kept by the thread that let go of them last, for its next
+   promise: a call of the worker pool made one and freed one per job (the
+   free usually on the loop thread, which makes the next), and with 256 in
+   flight glibc's per-thread cache (7 blocks a size) overflowed into its
+   slower bins (W7: about 300 instructions a job in malloc and free). At
+   most SPARE_BLOCKS a thread; a thread's spares are freed when it exits
+   (spare_key's destructor); the main thread's stay reachable until the
+   process exits. Under AddressSanitizer every block is freed, so a use of
+   a freed promise is still caught. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SPARE_BLOCKS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPARE_BLOCKS 0
+#endif
+#endif
+#ifndef SPARE_BLOCKS
+#define SPARE_BLOCKS 256
+#endif
+
+static _Thread_local luna_promise *spare_blocks; /* linked through ->data */
+static _Thread_local unsigned nspare_blocks;
+static _Thread_local bool spare_registered;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static bool spare_key_made;
+
+static void free_spares(void *unused) {
+  (void)unused;
+  while (spare_blocks != NULL) {
+    luna_promise *p = spare_blocks;
+    spare_blocks = (luna_promise *)p->data;
+    free(p);
+  }
+  nspare_blocks = 0;
+}
+
+static void make_spare_key(void) {
+  spare_key_made = pthread_key_create(&spare_key, free_spares) == 0;
+}
+
+/* Keeps the block p, no longer used, for this thread's next promise;
+   false when it is to be freed instead. */
+static bool keep_block(luna_promise *p) {
+  if (nspare_blocks >= SPARE_BLOCKS)
+    return false;
+  if (!spare_registered) { /* the key's value makes its destructor run at exit */
+    pthread_once(&spare_once, make_spare_key);
+    if (!spare_key_made || pthread_setspecific(spare_key, &spare_registered) != 0)
+      return false;
+    spare_registered = true;
+  }
+  p->data = spare_blocks;
+  spare_blocks = p;
+  nspare_blocks++;
+  return true;
+}
+
+/* A zeroed block: a spare one of this thread, or a new one. */
+static luna_promise *new_block(void) {
+  luna_promise *p = spare_blocks;
+  if (p == NULL)
+    return (luna_promise *)calloc(1, sizeof *p);
+  spare_blocks = (luna_promise *)p->data;
+  nspare_blocks--;
+  memset(p, 0, sizeof *p);
+  return p;
+}
+
 static void release(luna_promise *p) {
   /* Release: this holder's writes to *p happen before the free. Acquire:
      the holder that frees sees every other holder's writes. (An acq_rel
@@ -105,7 +174,9 @@ static void release(luna_promise *p) {
     return;
   p->magic = PROMISE_DEAD;
   free(p->message);
-  free(p);
+  p->message = NULL;
+  if (!keep_block(p))
+    free(p);
   atomic_fetch_sub_explicit(&live_promises, 1, memory_order_relaxed);
 }
 
@@ -187,6 +258,7 @@ struct luna__pud {
   luna_promise *p;  /* while waiting for the result; NULL once let go */
   luna__binding *b;
   hub *hub;
+  lua_Integer slot; /* its index in the hub's weak table while p is set */
   uint8_t status;   /* pstatus */
   uint8_t shape;    /* P_DONE: how uservalue 1 holds the values (SHAPE_*) */
   uint32_t ndirect; /* tasks in task.await(p), not combinator watchers */
@@ -200,23 +272,49 @@ struct hub {
   luna_loop *loop; /* whose listener we are; NULL once it was freed */
   luna__pud *first, *last;
   /* registry references (luaL_ref) to the weak table of Promise values
-     (pud -> Promise) and to the Promise metatable: an integer key is the
-     registry's array part, where making a promise looked both up by
-     hashed keys */
-  int weak_ref, mt_ref;
+     and to the Promise metatable: an integer key is the registry's array
+     part, where making a promise looked both up by hashed keys */
+  int weak_ref, mt_ref, settled_ref;
+  /* A pending Promise is the weak table's value at its pud's slot, an
+     integer key in the array part: a hashed key (the pud's address) cost
+     a new hash node per promise, and the table's rehashes as dead ones
+     piled up (W7: about 550 instructions of a 2,000-instruction promise).
+     A slot is free again once its Lua side let go (let_go), kept in
+     free_slots, whose room is reserved as each new slot is numbered, so
+     freeing one never allocates. */
+  lua_Integer *free_slots;
+  size_t nfree, nslots, slots_cap;
+  bool gone; /* finalized (the state closes): no new promise */
 };
 
 /* Registry keys: the addresses are unique in the process. */
 static const char hub_key = 'H';
+static const char settled_key = 'S'; /* the settled Promises' metatable */
 
 /* ---- checked accessors ------------------------------------------------------------ */
 
+/* Both Promise metatables (pending and settled, open_metatable) hold
+   true at this private key: the type check is a metatable and one
+   pointer-keyed lookup in it, where luaL_testudata looked the metatable
+   up in the registry by name (a third of an await of a settled promise). */
+static const char promise_marker = 'P';
+
+static luna__pud *test_pud(lua_State *L, int idx) {
+  void *ud = lua_touserdata(L, idx);
+  bool is;
+  if (ud == NULL || lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx))
+    return NULL;
+  is = lua_rawgetp(L, -1, &promise_marker) == LUA_TBOOLEAN;
+  lua_pop(L, 2);
+  return is ? (luna__pud *)ud : NULL;
+}
+
 bool luna__is_promise(lua_State *L, int idx) {
-  return luaL_testudata(L, idx, LUNA__PROMISE_MT) != NULL;
+  return test_pud(L, idx) != NULL;
 }
 
 bool luna__promise_may_settle(lua_State *L, int idx) {
-  luna__pud *pud = (luna__pud *)luaL_testudata(L, idx, LUNA__PROMISE_MT);
+  luna__pud *pud = test_pud(L, idx);
   if (pud == NULL)
     return false;
   if (pud->status != P_PENDING)
@@ -231,7 +329,10 @@ bool luna__promise_may_settle(lua_State *L, int idx) {
 }
 
 static luna__pud *check_pud(lua_State *L, int idx) {
-  return (luna__pud *)luaL_checkudata(L, idx, LUNA__PROMISE_MT);
+  luna__pud *pud = test_pud(L, idx);
+  if (pud == NULL)
+    luaL_typeerror(L, idx, LUNA__PROMISE_MT);
+  return pud;
 }
 
 static const char *status_name(const luna__pud *pud) {
@@ -273,6 +374,7 @@ static void let_go(luna__pud *pud, bool tell_host) {
   if (p == NULL)
     return;
   LUNA__LIST_UNLINK(&pud->hub->first, &pud->hub->last, pud);
+  pud->hub->free_slots[pud->hub->nfree++] = pud->slot;
   pud->p = NULL;
   p->ud = NULL;
   if (tell_host)
@@ -284,9 +386,9 @@ static void let_go(luna__pud *pud, bool tell_host) {
    it is unreachable and being collected. */
 static bool push_ud(lua_State *L, luna__pud *pud) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, pud->hub->weak_ref);
-  lua_rawgetp(L, -1, pud);
+  lua_rawgeti(L, -1, pud->slot);
   lua_remove(L, -2);
-  if (lua_isnil(L, -1)) {
+  if (lua_touserdata(L, -1) != pud) { /* collected (nil) */
     lua_pop(L, 1);
     return false;
   }
@@ -422,25 +524,50 @@ static void settle(luna__pud *pud) {
   luna_promise *p = pud->p;
   lua_State *L = luna__exec_state(pud->b);
   int top = lua_gettop(L), ud, st;
-  lua_checkstack(L, 8);
+  bool room = lua_checkstack(L, 8) != 0;
   if (!push_ud(L, pud)) {
     /* Unreachable, finalizer pending: its __gc lets go of the C side. */
     discard_payload(p);
     return;
   }
   ud = lua_gettop(L);
-  lua_pushcfunction(L, build_outcome);
-  lua_pushlightuserdata(L, p);
-  st = lua_pcall(L, 1, 2, 0);
-  pud->status = st == LUA_OK && !p->reject ? P_DONE : P_FAILED;
-  pud->shape = SHAPE_TABLE;
-  if (st == LUA_OK) {
-    pud->shape = (uint8_t)lua_tointeger(L, -1);
-    lua_pop(L, 1);
+  if (!p->reject && p->push == NULL) {
+    /* no values (the usual worker job that returns nothing): nothing to
+       build, so nothing that could raise, and no protected call */
+    pud->status = P_DONE;
+    pud->shape = SHAPE_NONE;
+    lua_pushnil(L);
+  } else {
+    lua_pushcfunction(L, build_outcome);
+    lua_pushlightuserdata(L, p);
+    st = lua_pcall(L, 1, 2, 0);
+    pud->status = st == LUA_OK && !p->reject ? P_DONE : P_FAILED;
+    pud->shape = SHAPE_TABLE;
+    if (st == LUA_OK) {
+      pud->shape = (uint8_t)lua_tointeger(L, -1);
+      lua_pop(L, 1);
+    }
   }
   lua_setiuservalue(L, ud, 1);
   discard_payload(p);
   let_go(pud, false);
+  /* Settled, it has nothing left to give up when it is collected: the
+     metatable without __gc spares the collector a finalizer call per
+     promise (W7: ~330 instructions a job in GCTM). (It stays on Lua's
+     list of objects to finalize; only the call goes.) */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, pud->hub->settled_ref);
+  lua_setmetatable(L, ud);
+  /* One awaiter and an outcome of one value or none: waking it allocates
+     nothing (the stack room is there, luna__wake does not raise), so it
+     needs no protected call either. */
+  if (room && (pud->status == P_FAILED || pud->shape != SHAPE_TABLE) &&
+      lua_getiuservalue(L, ud, 2) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    wake_waiters(L, ud, pud, false);
+    lua_settop(L, top);
+    return;
+  }
+  lua_settop(L, ud);
   lua_pushcfunction(L, wake_protected);
   lua_pushvalue(L, ud);
   lua_pushlightuserdata(L, pud);
@@ -501,10 +628,36 @@ static void hub_detach(hub *h) {
   }
 }
 
+/* A free slot of h's weak table (-> 0), reserving room in free_slots for
+   its return; LUNA_ENOMEM when that room cannot be had. */
+static int take_slot(hub *h, lua_Integer *slot) {
+  if (h->nfree > 0) {
+    *slot = h->free_slots[--h->nfree];
+    return 0;
+  }
+  if (h->gone)
+    return LUNA_ESTATE;
+  if (h->nslots == h->slots_cap) {
+    size_t cap = h->slots_cap < 8 ? 8 : h->slots_cap * 2;
+    lua_Integer *a = (lua_Integer *)realloc(h->free_slots, cap * sizeof *a);
+    if (a == NULL)
+      return LUNA_ENOMEM;
+    h->free_slots = a;
+    h->slots_cap = cap;
+  }
+  *slot = (lua_Integer)++h->nslots;
+  return 0;
+}
+
 /* The state closes. Its Promises were finalized first (they are younger),
    so the list is normally empty already. */
 static int hub_gc(lua_State *L) {
-  hub_detach((hub *)lua_touserdata(L, 1));
+  hub *h = (hub *)lua_touserdata(L, 1);
+  hub_detach(h);
+  free(h->free_slots);
+  h->free_slots = NULL;
+  h->nfree = h->nslots = h->slots_cap = 0;
+  h->gone = true;
   return 0;
 }
 
@@ -529,10 +682,12 @@ static hub *get_hub(lua_State *L, luna__binding *b) {
   open_metatable(L);
   luna__new_weak_table(L, "v");
   luaL_getmetatable(L, LUNA__PROMISE_MT);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &settled_key);
   h = (hub *)lua_newuserdatauv(L, sizeof *h, 0);
   memset(h, 0, sizeof *h);
   h->b = b;
-  lua_rotate(L, -3, 1); /* hub, weak, metatable */
+  lua_rotate(L, -4, 1); /* hub, weak, metatable, settled */
+  h->settled_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   h->mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   h->weak_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_createtable(L, 0, 1);
@@ -640,7 +795,9 @@ static int await_k(lua_State *L, int status, lua_KContext ctx) {
 }
 
 int luna__await_promise(lua_State *L, int idx, bool direct) {
-  luna__pud *pud = check_pud(L, idx);
+  /* both callers (task.await, watch_promise) checked that it is one: a
+     second luaL_checkudata was a third of an await's cost */
+  luna__pud *pud = (luna__pud *)lua_touserdata(L, idx);
   luna__task *t = luna__check_await(L, "task.await");
   if (idx != 1)
     return luaL_error(L, "lunaloop: a promise is awaited from argument 1");
@@ -733,28 +890,46 @@ LUNA_API int luna_lua_promise_new(lua_State *L, luna_timing timing, luna_promise
 }
 
 int luna__promise_new_in(lua_State *L, luna__binding *b, luna_timing timing, luna_promise **out) {
+  return luna__promise_new_cached(L, b, timing, NULL, out);
+}
+
+int luna__promise_new_cached(lua_State *L, luna__binding *b, luna_timing timing, void **cache,
+                             luna_promise **out) {
   luna__pud *pud;
   luna_promise *p;
+  lua_Integer slot;
   hub *h;
+  int rc;
   if (b == NULL)
     return LUNA_EINVAL;
   if (b->loop == NULL || b->closing)
     return LUNA_ESTATE;
-  h = get_hub(L, b);
-  if (h == NULL)
-    return LUNA_ENOMEM;
+  h = cache != NULL ? (hub *)*cache : NULL;
+  if (h == NULL) {
+    h = get_hub(L, b);
+    if (h == NULL)
+      return LUNA_ENOMEM;
+    if (cache != NULL && h->loop != NULL)
+      *cache = h;
+  }
   /* Lua allocations first (they may raise), then the C side. */
   pud = (luna__pud *)lua_newuserdatauv(L, sizeof *pud, 2);
   memset(pud, 0, sizeof *pud);
+  if ((rc = take_slot(h, &slot)) != 0) {
+    lua_pop(L, 1);
+    return rc;
+  }
   lua_rawgeti(L, LUA_REGISTRYINDEX, h->weak_ref);
   lua_pushvalue(L, -2);
-  lua_rawsetp(L, -2, pud);
+  lua_rawseti(L, -2, slot); /* a raise here loses the slot number, nothing else */
   lua_pop(L, 1);
-  p = (luna_promise *)calloc(1, sizeof *p);
+  p = new_block();
   if (p == NULL) {
+    h->free_slots[h->nfree++] = slot;
     lua_pop(L, 1); /* no metatable yet: collected like a plain value */
     return LUNA_ENOMEM;
   }
+  pud->slot = slot;
   p->magic = PROMISE_MAGIC;
   atomic_init(&p->refs, 2); /* the caller's and the Lua side's */
   atomic_init(&p->state, 0u);
@@ -899,12 +1074,26 @@ static const luaL_Reg promise_methods[] = {
 static const luaL_Reg promise_meta[] = {
     {"__close", l_cancel}, {"__tostring", l_tostring}, {"__gc", l_gc}, {NULL, NULL}};
 
+/* The Promise metatable, and the one a Promise gets once settled (settle):
+   the same fields but __gc, with the same methods table. */
 static void open_metatable(lua_State *L) {
   if (luaL_newmetatable(L, LUNA__PROMISE_MT)) {
     luaL_setfuncs(L, promise_meta, 0);
     luna__protect_metatable(L);
     luaL_newlib(L, promise_methods);
     lua_setfield(L, -2, "__index");
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, -2, &promise_marker);
+    lua_createtable(L, 0, 8); /* the settled one: a copy without __gc */
+    lua_pushnil(L);
+    while (lua_next(L, -3) != 0) {
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_rawset(L, -4);
+    }
+    lua_pushnil(L);
+    lua_setfield(L, -2, "__gc");
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &settled_key);
   }
   lua_pop(L, 1);
 }

@@ -25,7 +25,7 @@ bool luna__is_promise(lua_State *L, int idx);
 bool luna__promise_may_settle(lua_State *L, int idx);
 
 /* task.await(p) for the Promise at idx (1 in practice: the await keeps the
-   stack below it). `direct` is true for task.await: cancelling the last
+   stack below it), which the caller checked is a Promise (luna__is_promise). `direct` is true for task.await: cancelling the last
    direct awaiter gives the promise up. Combinator watchers await with
    direct = false, so a combinator never gives up a promise it was handed. */
 int luna__await_promise(lua_State *L, int idx, bool direct);
@@ -57,6 +57,13 @@ int luna__promise_complete_now(struct luna_promise *p, int (*push)(lua_State *L,
 typedef struct luna__binding luna__binding;
 int luna__promise_new_in(lua_State *L, luna__binding *b, luna_timing timing,
                          struct luna_promise **out);
+
+/* luna__promise_new_in for a caller that makes many promises for one state
+   (the worker pool): *cache, NULL at first, keeps what the call looks up
+   in the registry each time otherwise (the state's promise hub; it lives
+   until the state closes, which the caller must not outlive with it). */
+int luna__promise_new_cached(lua_State *L, luna__binding *b, luna_timing timing, void **cache,
+                             struct luna_promise **out);
 
 /* Promises allocated and not yet freed in this process (tests use it to
    check that nothing leaked, also under ThreadSanitizer). */

@@ -49,6 +49,7 @@
 #endif
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -171,6 +172,11 @@ typedef struct worker {
   char *error;          /* why the state could not be made (startup) */
   char *scratch;        /* the copier's buffer for this worker's encodings */
   size_t scratch_cap;
+  char names[64];       /* the last job's "module\0function\0" (names_len bytes),
+                           whose two Lua strings W's registry keeps at the
+                           references mod_ref and fn_ref */
+  size_t names_len;
+  int mod_ref, fn_ref;
 } worker;
 
 struct luna_workers {
@@ -186,6 +192,11 @@ struct luna_workers {
   int spinning;     /* workers polling for a job after one (wait_for_work) */
   int max_spinning; /* at most this many poll at once: the cores less the
                        loop thread's (at least 1) */
+  uint64_t job_ns;  /* a moving average of the jobs' run time, and when a
+                       worker last took a job (should_wake) */
+  uint64_t took_ns;
+  _Atomic(int) loop_cpu; /* the CPU the loop thread last called from, -1:
+                            unknown (a worker does not poll on it) */
   job *dhead, *dtail;
   bool bell;        /* a bell_cb is in the inbox */
   bool room_wanted; /* tasks wait for room: ring the bell when a job is taken */
@@ -211,6 +222,12 @@ struct luna_workers {
   int delivering;        /* bell_cb or det_step on the stack: a task they
                             resume may close the pool and let it go, which
                             must not free it under them (pool_maybe_free) */
+  size_t deferred;       /* jobs queued by those tasks whose wake-up was put
+                            off to the delivery's end (hand_over) */
+  job *lhead, *ltail;    /* jobs those tasks made while the workers had work,
+                            not yet in the queue (hand_over, publish) */
+  _Atomic(size_t) nlocal; /* their count (luna_workers_get_stats reads it) */
+  uint64_t overflowed;   /* of those, queued past the limit (st.overflowed) */
   job *det_head;         /* deterministic jobs outstanding, by (due, seq) */
   bool det_item_on;
   luna_item_id det_item;
@@ -227,6 +244,7 @@ struct luna_workers {
   size_t nspare;
   char *scratch;         /* the copier's buffer for the loop thread's encodings */
   size_t scratch_cap;
+  void *hub_cache;       /* luna__promise_new_cached's */
 };
 
 static void *default_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
@@ -645,6 +663,12 @@ static int open_worker_state(lua_State *W) {
   lua_rawsetp(W, LUA_REGISTRYINDEX, &freeze_key);
   lua_newtable(W);
   lua_rawsetp(W, LUA_REGISTRYINDEX, &cache_key);
+  /* run_protected's names, at registry references (integer keys: the
+     registry's array part, cheaper than a pointer key's hash) */
+  lua_pushboolean(W, 0);
+  w->mod_ref = luaL_ref(W, LUA_REGISTRYINDEX);
+  lua_pushboolean(W, 0);
+  w->fn_ref = luaL_ref(W, LUA_REGISTRYINDEX);
   if (p->init != NULL) {
     int top = lua_gettop(W);
     if (p->init(W, w->index, p->init_ud) != 0) {
@@ -662,6 +686,7 @@ static lua_State *make_state(worker *w, char **err) {
   lua_State *W;
   w->mem = 0;
   w->oom = false;
+  w->names_len = 0; /* the strings were the old state's */
   w->epoch = atomic_load_explicit(&share_epoch, memory_order_acquire);
   W = lua_newstate(worker_alloc, w);
   if (W == NULL) {
@@ -696,15 +721,37 @@ static int run_protected(lua_State *W) {
   job *j = w->current;
   char what[160];
   int base, n, st;
+  size_t nlen = (size_t)(j->fn - j->names) + strlen(j->fn) + 1;
   lua_settop(W, 0);
-  /* the function: require(module)[fn] */
+  /* the function: require(module)[fn]. The names as Lua strings: those of
+     the last job when they are the same (the usual run of calls of one
+     function); making them from the job's bytes hashed and interned both
+     each time (the job's buffer is at a new address each time, so Lua's
+     cache of C strings missed), a sixth of an empty job on the worker. */
   lua_getglobal(W, "require");
-  lua_pushstring(W, j->names);
+  if (nlen == w->names_len && memcmp(j->names, w->names, nlen) == 0) {
+    lua_rawgeti(W, LUA_REGISTRYINDEX, w->mod_ref);
+    lua_rawgeti(W, LUA_REGISTRYINDEX, w->fn_ref);
+  } else {
+    w->names_len = 0;
+    lua_pushstring(W, j->names);
+    lua_pushvalue(W, -1);
+    lua_rawseti(W, LUA_REGISTRYINDEX, w->mod_ref);
+    lua_pushstring(W, j->fn);
+    lua_pushvalue(W, -1);
+    lua_rawseti(W, LUA_REGISTRYINDEX, w->fn_ref);
+    if (nlen <= sizeof w->names) {
+      memcpy(w->names, j->names, nlen);
+      w->names_len = nlen;
+    }
+  }
+  lua_insert(W, 1); /* fn name, require, module name */
   lua_call(W, 1, 1);
-  if (lua_type(W, 1) != LUA_TTABLE)
+  if (lua_type(W, 2) != LUA_TTABLE)
     return luaL_error(W, "module '%s' returned a %s, not a table of functions", j->names,
-                      luaL_typename(W, 1));
-  if (lua_getfield(W, 1, j->fn) != LUA_TFUNCTION)
+                      luaL_typename(W, 2));
+  lua_insert(W, 1); /* module, fn name */
+  if (lua_gettable(W, 1) != LUA_TFUNCTION)
     return luaL_error(W, "module '%s' has no function '%s' (found a %s)", j->names, j->fn,
                       luaL_typename(W, -1));
   base = lua_gettop(W);
@@ -850,6 +897,18 @@ static void bell_cb(luna_loop *loop, void *arg);
 #define SPIN_MAX_NS 50000
 #define SPIN_MIN_NS 2000
 
+/* Jobs shorter than this on average are "short" for should_wake, and a
+   short job's worker counts as about to take the next; WAKE_DEPTH jobs
+   queued per awake worker are left to it before a sleeper is woken. */
+#define WAKE_WORTH_NS 20000
+#define WAKE_DEPTH 2
+/* At most this many jobs queued by tasks that a delivery resumed wait for
+   its end to wake a worker (hand_over). */
+#define WAKE_BATCH 16
+/* At most this many jobs of such tasks wait on the loop thread to be
+   handed over together (hand_over, publish). */
+#define LOCAL_BATCH 16
+
 /* A hint to the CPU that this is a busy-wait: on x86 PAUSE (it stops
    the loop's speculative loads from being flushed as a memory-order
    violation when the line changes, and yields the core's resources to a
@@ -889,6 +948,23 @@ static bool spin_for_work(luna_workers *p, uint64_t deadline) {
   }
 }
 
+/* The calling thread's CPU, or -1 where the system does not say. */
+static int current_cpu(void) {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+/* The loop thread made its last call on the CPU this worker runs on
+   (sched_getcpu reads the rseq area, no system call, on a current
+   glibc). */
+static bool on_loop_cpu(luna_workers *p) {
+  int loop = atomic_load_explicit(&p->loop_cpu, memory_order_relaxed);
+  return loop >= 0 && loop == current_cpu();
+}
+
 /* Waits, with mu held (and held again on return), until a job is queued
    or the pool is stopping. After a job (`spin`) the worker first polls for
    w->spin_ns without the mutex, counted in `spinning` so that hand_over
@@ -909,11 +985,27 @@ static bool spin_for_work(luna_workers *p, uint64_t deadline) {
    us with a fixed 50 us poll, 21-25 us with this one). Halving brings the
    budget down to SPIN_MIN_NS in five jobs, and does the same for a host
    whose jobs come a frame apart (where no poll pays); a poll that pays
-   earns it back as fast. */
+   earns it back as fast.
+
+   A job that comes soon after a poll gave up (within SPIN_MAX_NS of its
+   start) sets the budget to twice that wait: the next poll would have
+   found it. Without this the budget had two stable states: once it
+   shrank to SPIN_MIN_NS (a loaded moment), each job found the worker
+   asleep, each call paid the futex wake (a few microseconds in the loop
+   thread), so the calls came further apart than the shrunk poll and it
+   never grew again (W7 pipelined: 4 to 16 us a job instead of 1.6; futex
+   calls per job 0.05 in one state and 1.1 in the other). It does not grow
+   when the job came from this worker's CPU (on_loop_cpu): then the loop
+   thread made it only because the worker slept (a process pinned to one
+   core, or a wake-up that put both threads on one CPU), and a longer poll
+   would have kept it from being made. */
 static void wait_for_work(luna_workers *p, worker *w, bool spin) {
+  uint64_t began = 0;
   if (spin && !p->stopping && p->qhead == NULL && p->spinning < p->max_spinning) {
-    uint64_t deadline = monotonic_ns() + w->spin_ns;
+    uint64_t deadline;
     bool seen = true;
+    began = monotonic_ns();
+    deadline = began + w->spin_ns;
     p->spinning++;
     while (seen && !p->stopping && p->qhead == NULL) {
       pthread_mutex_unlock(&p->mu);
@@ -926,10 +1018,19 @@ static void wait_for_work(luna_workers *p, worker *w, bool spin) {
     else
       w->spin_ns = w->spin_ns / 2 > SPIN_MIN_NS ? w->spin_ns / 2 : SPIN_MIN_NS;
   }
-  while (!p->stopping && p->qhead == NULL) {
+  if (p->stopping || p->qhead != NULL)
+    return;
+  do {
     p->sleeping++;
     pthread_cond_wait(&p->work_cv, &p->mu);
     p->sleeping--;
+  } while (!p->stopping && p->qhead == NULL);
+  if (began != 0) {
+    uint64_t waited = monotonic_ns() - began;
+    if (waited < SPIN_MAX_NS && !on_loop_cpu(p))
+      w->spin_ns = waited * 2 >= SPIN_MAX_NS ? SPIN_MAX_NS
+                   : waited * 2 <= SPIN_MIN_NS ? SPIN_MIN_NS
+                                               : (uint32_t)(waited * 2);
   }
 }
 
@@ -957,6 +1058,7 @@ static void *worker_main(void *arg) {
   for (;;) {
     job *j;
     bool ring = false;
+    uint64_t began;
     wait_for_work(p, w, spin);
     if (p->stopping)
       break;
@@ -967,6 +1069,7 @@ static void *worker_main(void *arg) {
     j->next = NULL;
     atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
     p->running++;
+    began = p->took_ns = monotonic_ns();
     if (p->room_wanted && !p->bell)
       ring = p->bell = true;
     pthread_mutex_unlock(&p->mu);
@@ -975,10 +1078,17 @@ static void *worker_main(void *arg) {
       p->bell = false;
       pthread_mutex_unlock(&p->mu);
     }
-    run_job(w, j);
-    spin = true;
-    ring = false;
-    pthread_mutex_lock(&p->mu);
+    {
+      uint64_t dt;
+      run_job(w, j);
+      dt = monotonic_ns() - began;
+      if (dt > 1000000000u)
+        dt = 1000000000u;
+      spin = true;
+      ring = false;
+      pthread_mutex_lock(&p->mu);
+      p->job_ns = (p->job_ns * 7 + dt) / 8;
+    }
     p->running--;
     if (j->outcome == OUT_OK)
       p->st.completed++;
@@ -1124,6 +1234,15 @@ static void report_post_error(luna_workers *p, job *j) {
   lua_pop(L, 1);
 }
 
+/* The job's results are no values (the encoding's count is 0). */
+static bool no_values(const job *j) {
+  uint32_t n;
+  if (j->res == NULL || j->res_len < sizeof n)
+    return false;
+  memcpy(&n, j->res, sizeof n);
+  return n == 0;
+}
+
 /* Completes one job's promise now (loop thread, at loop level), or reports
    a post's error. Frees the job. */
 static void deliver(luna_workers *p, job *j) {
@@ -1134,7 +1253,11 @@ static void deliver(luna_workers *p, job *j) {
     job_recycle(p, j);
     return;
   }
-  if (j->outcome == OUT_OK) {
+  if (j->outcome == OUT_OK && no_values(j)) {
+    /* nothing to push: the promise settles without a protected call */
+    luna__promise_complete_now(pr, NULL, NULL, NULL, NULL);
+    job_recycle(p, j);
+  } else if (j->outcome == OUT_OK) {
     luna_workers *outer = recycling;
     recycling = p;
     if (luna__promise_complete_now(pr, push_results, j, free_job_cb, NULL) != 0)
@@ -1169,6 +1292,8 @@ static void wake_room(luna_workers *p, size_t room) {
 
 static void pool_maybe_free(luna_workers *p);
 static int det_arm(luna_workers *p);
+static void flush_wake(luna_workers *p);
+static void publish(luna_workers *p);
 
 static void bell_cb(luna_loop *loop, void *arg) {
   luna_workers *p = (luna_workers *)arg;
@@ -1214,6 +1339,9 @@ static void bell_cb(luna_loop *loop, void *arg) {
     p->room_wanted = p->room_head < p->nroom;
     pthread_mutex_unlock(&p->mu);
   }
+  if (!p->closed)
+    publish(p);
+  flush_wake(p); /* the tasks resumed here have yielded */
   p->delivering--;
   pool_maybe_free(p); /* a task resumed here closed the pool and let it go */
 }
@@ -1235,6 +1363,16 @@ static bool det_step(luna_loop *loop, void *arg) {
       pthread_mutex_unlock(&p->mu);
       continue;
     }
+    /* a late job may wait behind a running one that should_wake let
+       be, or on the loop thread (publish): the loop is about to block, so
+       hand those over and wake whoever sleeps */
+    if (!j->done && atomic_load_explicit(&p->nlocal, memory_order_relaxed) > 0) {
+      pthread_mutex_unlock(&p->mu);
+      publish(p);
+      pthread_mutex_lock(&p->mu);
+    }
+    if (!j->done && p->sleeping > 0 && atomic_load_explicit(&p->queued, memory_order_relaxed) > 0)
+      pthread_cond_broadcast(&p->work_cv);
     while (!j->done)
       pthread_cond_wait(&p->done_cv, &p->mu);
     pthread_mutex_unlock(&p->mu);
@@ -1242,6 +1380,9 @@ static bool det_step(luna_loop *loop, void *arg) {
     deliver(p, j);
     p->delivering--;
   }
+  if (!p->closed)
+    publish(p);
+  flush_wake(p);
   if (p->det_head == NULL || p->closed) {
     p->det_item_on = false;
     pool_maybe_free(p); /* a task resumed here closed the pool and let it go */
@@ -1311,6 +1452,20 @@ static void pool_close(luna_workers *p, bool complete) {
     if (p->w[i].started)
       pthread_join(p->w[i].thread, NULL);
   pthread_mutex_lock(&p->mu);
+  if (p->lhead != NULL) { /* the loop's own, not handed over: queued ones too */
+    if (p->qtail != NULL)
+      p->qtail->next = p->lhead;
+    else
+      p->qhead = p->lhead;
+    p->qtail = p->ltail;
+    p->lhead = p->ltail = NULL;
+    atomic_fetch_add_explicit(&p->queued, atomic_load_explicit(&p->nlocal, memory_order_relaxed),
+                              memory_order_relaxed);
+    p->st.submitted += atomic_load_explicit(&p->nlocal, memory_order_relaxed);
+    p->st.overflowed += p->overflowed;
+    p->overflowed = 0;
+    atomic_store_explicit(&p->nlocal, 0, memory_order_relaxed);
+  }
   q = p->qhead;
   p->qhead = p->qtail = NULL;
   p->st.dropped += atomic_load_explicit(&p->queued, memory_order_relaxed);
@@ -1507,6 +1662,9 @@ LUNA_API int luna_workers_new(lua_State *L, const luna_workers_config *cfg, luna
   p->b = b;
   p->nthreads = c.threads;
   p->max_spinning = online_cores() > 1 ? online_cores() - 1 : 1;
+  atomic_init(&p->loop_cpu, -1);
+  atomic_init(&p->nlocal, 0);
+  p->job_ns = 8 * WAKE_WORTH_NS; /* unknown: long until jobs show otherwise */
   p->cap = c.queue;
   p->memory_limit = c.memory_limit;
   p->instructions = c.instructions;
@@ -1612,6 +1770,11 @@ LUNA_API void luna_workers_get_stats(luna_workers *w, luna_workers_stats *out) {
   out->queued = atomic_load_explicit(&w->queued, memory_order_relaxed);
   out->running = w->running;
   pthread_mutex_unlock(&w->mu);
+  { /* the loop thread's jobs not handed over yet (publish) count as queued */
+    size_t n = atomic_load_explicit(&w->nlocal, memory_order_relaxed);
+    out->queued += n;
+    out->submitted += n;
+  }
 }
 
 /* ---- the Lua side's primitives ------------------------------------------------------- */
@@ -1875,8 +2038,9 @@ static bool opt_field(lua_State *L, int key, lua_Integer min, lua_Integer dflt, 
 
 static const char *const kind_names[] = {"call", "post", "map", NULL};
 
-/* The C path of ai:call, ai:post and ai:map's chunks (workers.lua): a
-   closure over the Module metatable and the kind (JOB_*):
+/* The C path of ai:call (through l_module_call), ai:post and ai:map's
+   chunks (workers.lua): a closure over the Module metatable and the kind
+   (JOB_*):
    job(m, fn, ...) -> Promise | true (a post) | false, room, Job |
    nil, message (a refusal, for the caller to raise at the user's line) |
    nothing (m is not a Module or fn not a string: the caller raises the
@@ -1886,7 +2050,7 @@ static const char *const kind_names[] = {"call", "post", "map", NULL};
    where the Lua checks and an eight-argument primitive were: the loop
    thread's share of a pipelined empty job (W7) is mostly this and the
    delivery. */
-static int l_workers_job(lua_State *L) {
+static int job_core(lua_State *L) {
   int kind = (int)lua_tointeger(L, lua_upvalueindex(2));
   int nargs = lua_gettop(L) - 2;
   pool_ud *pu;
@@ -1936,14 +2100,52 @@ static int l_workers_job(lua_State *L) {
   return prepare_job(L, pu->p, kind, mod, mlen, fn, flen, instr, det, what, 3, nargs, nargs + 3);
 }
 
-/* workers_job_for(Module, kind) -> job: l_workers_job over that metatable
-   for kind "call", "post" or "map" (upvalues: the Module metatable, the
-   kind, the Pool metatable and the four field names). */
+static int l_workers_job(lua_State *L) {
+  return job_core(L);
+}
+
+static int call_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)L;
+  (void)status;
+  (void)ctx;
+  return 1;
+}
+
+/* ai:call itself (Methods.call of workers.lua): job_core's Promise, or,
+   for anything else (back-pressure, a refusal, a bad argument), the Lua
+   function in upvalue 8 called as slow(m, fn, job_core's results...),
+   which awaits room or raises at the user's line, 3 levels up. The usual
+   call then runs no Lua function of ours: a Lua Methods.call around the C
+   path was a vararg call and return a job (W7 pipelined). */
+static int l_module_call(lua_State *L) {
+  int n = job_core(L), top = lua_gettop(L), i;
+  if (n == 1 && lua_type(L, -1) == LUA_TUSERDATA)
+    return 1;
+  luaL_checkstack(L, n + 4, NULL);
+  lua_pushvalue(L, lua_upvalueindex(8));
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  for (i = top - n + 1; i <= top; i++)
+    lua_pushvalue(L, i);
+  lua_callk(L, n + 2, 1, 0, call_k);
+  return 1;
+}
+
+/* workers_job_for(Module, kind [, slow]) -> job: l_workers_job over that
+   metatable for kind "call", "post" or "map" (upvalues: the Module
+   metatable, the kind, the Pool metatable and the four field names); with
+   `slow` (a function, kind "call"), l_module_call, which calls it for
+   what is not a Promise. */
 static int l_workers_job_for(lua_State *L) {
   int kind;
+  bool slow;
   luaL_checktype(L, 1, LUA_TTABLE);
   kind = luaL_checkoption(L, 2, NULL, kind_names);
-  lua_settop(L, 1);
+  slow = !lua_isnoneornil(L, 3);
+  if (slow)
+    luaL_checktype(L, 3, LUA_TFUNCTION);
+  lua_settop(L, 3);
+  lua_pushvalue(L, 1);
   lua_pushinteger(L, kind);
   ensure_metatables(L);
   luaL_getmetatable(L, POOL_MT);
@@ -1951,7 +2153,12 @@ static int l_workers_job_for(lua_State *L) {
   lua_pushliteral(L, "name");
   lua_pushliteral(L, "instructions");
   lua_pushliteral(L, "deliver_frame");
-  lua_pushcclosure(L, l_workers_job, 7);
+  if (slow) {
+    lua_pushvalue(L, 3);
+    lua_pushcclosure(L, l_module_call, 8);
+  } else {
+    lua_pushcclosure(L, l_workers_job, 7);
+  }
   return 1;
 }
 
@@ -1976,6 +2183,54 @@ static int l_workers_submit(lua_State *L) {
   return hand_over(L, j->pool, j, ud, 0);
 }
 
+/* Records the loop thread's CPU for on_loop_cpu: stored only when it
+   changed, so the line the polling workers read stays shared. */
+static void note_loop_cpu(luna_workers *p) {
+  int cpu = current_cpu();
+  if (atomic_load_explicit(&p->loop_cpu, memory_order_relaxed) != cpu)
+    atomic_store_explicit(&p->loop_cpu, cpu, memory_order_relaxed);
+}
+
+/* Wakes a sleeping worker for jobs whose wake-up hand_over put off, if
+   one is still needed. Loop thread, at the end of a delivery. */
+static void flush_wake(luna_workers *p) {
+  bool wake;
+  if (p->deferred == 0)
+    return;
+  p->deferred = 0;
+  pthread_mutex_lock(&p->mu);
+  wake = p->sleeping > 0 && atomic_load_explicit(&p->queued, memory_order_relaxed) > 0;
+  pthread_mutex_unlock(&p->mu);
+  if (wake)
+    pthread_cond_signal(&p->work_cv);
+}
+
+/* Whether a job just queued should wake a sleeping worker (under mu). A
+   polling worker takes a job without a signal (wait_for_work), so only
+   the jobs the polling ones leave count; and while jobs are short (their
+   moving average under WAKE_WORTH_NS) a running worker is about to poll
+   too, so the awake workers (polling or running) are left up to
+   WAKE_DEPTH queued jobs each before a sleeper is woken. Waking costs the
+   loop thread a futex call, and the woken thread then competes for the
+   cores with the loop thread and the awake worker: on 2 cores with 2
+   workers it was woken for most pipelined empty jobs (performance.md, W7
+   run 8). Long jobs keep the old rule (wake for every job no polling
+   worker takes), so a burst of them still spreads over every worker. */
+static bool should_wake(luna_workers *p) {
+  size_t q = atomic_load_explicit(&p->queued, memory_order_relaxed);
+  size_t polling = (size_t)p->spinning;
+  if (p->sleeping == 0 || q <= polling)
+    return false;
+  if (p->job_ns >= WAKE_WORTH_NS || q > (polling + p->running) * WAKE_DEPTH)
+    return true;
+  if (p->running == 0)
+    return q > polling * WAKE_DEPTH;
+  /* a running job counts as about to end only if one began lately: one
+     that has run for WAKE_WORTH_NS already may be long, whatever the
+     average says */
+  return monotonic_ns() - p->took_ns >= WAKE_WORTH_NS;
+}
+
 /* Hands j to the pool: -> Promise | true (a post), or, when the queue is
    full and the caller is a task that may await, nothing is queued and it
    returns false, a Promise `room` to await before trying again, and the
@@ -1988,7 +2243,9 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
   /* only the task's own thread may await: a plain coroutine inside a task
      (or any other caller) queues past the limit */
   can_wait = p->b->current != NULL && p->b->current->co == L && lua_isyieldable(L);
-  full = atomic_load_explicit(&p->queued, memory_order_relaxed) >= p->cap;
+  full = atomic_load_explicit(&p->queued, memory_order_relaxed) +
+             atomic_load_explicit(&p->nlocal, memory_order_relaxed) >=
+         p->cap;
   if (full && can_wait) {
     if (ud == NULL) {
       /* the handle keeps the Pool (its user value): the job refers to it */
@@ -2015,7 +2272,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
       p->room = a;
       p->room_cap = cap;
     }
-    rc = luna__promise_new_in(L, p->b, LUNA_UPDATE, &pr);
+    rc = luna__promise_new_cached(L, p->b, LUNA_UPDATE, &p->hub_cache, &pr);
     if (rc != 0)
       return luaL_error(L, "task.workers: cannot wait for room: %s", luna_strerror(rc));
     if (p->closed) { /* a finalizer run by the allocations closed the pool */
@@ -2030,7 +2287,10 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
        see room_wanted: then nobody rings for this wait, and it would last
        until some job ends (for ever behind a job that waits on this task).
        Seen under the mutex, that room is rung for here. */
-    ring = atomic_load_explicit(&p->queued, memory_order_relaxed) < p->cap && !p->bell;
+    ring = atomic_load_explicit(&p->queued, memory_order_relaxed) +
+                   atomic_load_explicit(&p->nlocal, memory_order_relaxed) <
+               p->cap &&
+           !p->bell;
     if (ring)
       p->bell = true;
     pthread_mutex_unlock(&p->mu);
@@ -2045,7 +2305,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
     return 3;
   }
   if (j->kind != JOB_POST) {
-    rc = luna__promise_new_in(L, p->b, LUNA_UPDATE, &pr);
+    rc = luna__promise_new_cached(L, p->b, LUNA_UPDATE, &p->hub_cache, &pr);
     if (rc != 0)
       return luaL_error(L, "task.workers: cannot make the promise: %s", luna_strerror(rc));
     if (p->closed) { /* a finalizer run by the allocation closed the pool */
@@ -2077,25 +2337,74 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
     ud->j = NULL;
   else
     unpend(p, j);
+  if (full)
+    p->overflowed++;
+  j->next = NULL;
+  if (p->ltail != NULL)
+    p->ltail->next = j;
+  else
+    p->lhead = j;
+  p->ltail = j;
+  {
+    size_t n = atomic_load_explicit(&p->nlocal, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->nlocal, n, memory_order_relaxed);
+    /* A task that a delivery resumed (it usually makes more calls before
+       it yields) keeps its jobs here while the workers have some queued,
+       and hands them over together: one lock for up to LOCAL_BATCH jobs
+       instead of one each, the lock the worker taking jobs out holds as
+       often (W7 pipelined: a fifth of the loop thread's time was
+       pthread_mutex_lock and unlock). They go at once when the queue is
+       empty (a worker may be polling for them), when the batch is full,
+       and at the delivery's end (after the task yielded). */
+    if (p->delivering > 0 && n < LOCAL_BATCH &&
+        atomic_load_explicit(&p->queued, memory_order_relaxed) > 0)
+      return 1;
+  }
+  publish(p);
+  return 1;
+}
+
+/* Hands the loop's local jobs (hand_over) to the workers under one lock,
+   waking one if should_wake says so, or leaving that to the delivery's
+   end (flush_wake) for a task that it resumed. Loop thread. */
+static void publish(luna_workers *p) {
+  size_t n = atomic_load_explicit(&p->nlocal, memory_order_relaxed);
+  bool wake;
+  if (n == 0)
+    return;
+  note_loop_cpu(p);
   pthread_mutex_lock(&p->mu);
   if (p->qtail != NULL)
-    p->qtail->next = j;
+    p->qtail->next = p->lhead;
   else
-    p->qhead = j;
-  p->qtail = j;
-  atomic_fetch_add_explicit(&p->queued, 1, memory_order_relaxed);
-  p->st.submitted++;
-  if (full)
-    p->st.overflowed++;
-  /* A worker that spins takes a job without a signal (wait_for_work): wake
-     a sleeping one only for the jobs the spinning ones leave. A signal
-     saved is a futex call here and a thread woken to find the queue
-     empty. */
-  if (p->sleeping > 0 &&
-      atomic_load_explicit(&p->queued, memory_order_relaxed) > (size_t)p->spinning)
-    pthread_cond_signal(&p->work_cv);
+    p->qhead = p->lhead;
+  p->qtail = p->ltail;
+  atomic_fetch_add_explicit(&p->queued, n, memory_order_relaxed);
+  p->st.submitted += n;
+  p->st.overflowed += p->overflowed;
+  wake = should_wake(p);
   pthread_mutex_unlock(&p->mu);
-  return 1;
+  p->lhead = p->ltail = NULL;
+  p->overflowed = 0;
+  atomic_store_explicit(&p->nlocal, 0, memory_order_relaxed);
+  if (wake && p->delivering > 0 && p->deferred + n < WAKE_BATCH) {
+    /* A task that a delivery resumed usually makes more calls before it
+       yields (W7 pipelined: 256): waking now and again for each job that
+       the woken worker, faster than the calls, keeps catching up with
+       costs a futex call and two context switches a job when the worker
+       shares the loop thread's CPU (a loaded machine); the delivery wakes
+       it once when the task yielded (flush_wake), or the WAKE_BATCH-th
+       such job does. The jobs are queued already: a worker that polls or
+       ends a job takes them meanwhile. */
+    p->deferred += n;
+    wake = false;
+  } else if (wake) {
+    p->deferred = 0;
+  }
+  /* after the unlock: the woken worker's first act is to take mu, which
+     it would otherwise find held (a futex wait and wake more) */
+  if (wake)
+    pthread_cond_signal(&p->work_cv);
 }
 
 /* ---- shares (loop side) ---------------------------------------------------------------- */

@@ -595,5 +595,89 @@ H.case("a pool closed by a finalizer inside a call still settles that call's pro
   H.eq(pending(), nil, "the first promise left pending")
 end)
 
+-- A task that a delivery resumed keeps its calls on the loop thread while
+-- the workers have jobs queued and hands them over together, and puts off
+-- waking a sleeping worker until it yields (workers.c, hand_over and
+-- publish): the three cases below fail if the delivery's end does not hand
+-- them over and wake a worker, if the jobs kept back do not count as
+-- queued, or if closing does not end them.
+
+-- The busy wait between frames lets the worker's poll (at most 50 us) end,
+-- so that it sleeps when the calls come.
+local function settle_slowly(fn)
+  return settle(function()
+    local t = os.clock() + 0.0005
+    while os.clock() < t do end
+    return fn()
+  end)
+end
+
+H.case("calls of a task that a delivery resumed reach the workers, also sleeping ones", function()
+  local p = task.workers{threads = 1, queue = 64}
+  local m = p:open("workers_job")
+  local got, consistent = {}, true
+  local t = task.spawn(function()
+    for _ = 1, 32 do task.await(m:call("nothing")) end -- short jobs (should_wake's average)
+    for round = 1, 20 do
+      local a, b, c = m:call("echo", round), m:call("echo", -round), m:call("add", round, 1)
+      local s = p:stats() -- the calls kept back count as submitted and queued
+      if s.submitted ~= s.completed + s.failed + s.dropped + s.queued + s.running then consistent = false end
+      got[round] = {task.await(a), task.await(b), (task.await(c))}
+    end
+  end)
+  settle_slowly(function() return t:status() ~= "suspended" end)
+  H.eq(t:status(), "done")
+  H.eq(consistent, true, "stats add up while calls are kept back")
+  for round = 1, 20 do H.eq(got[round], {round, -round, round + 1}, "round " .. round) end
+  p:close()
+end)
+
+H.case("calls of a task that a delivery resumed await room: the ones kept back count as queued", function()
+  local p = task.workers{threads = 1, queue = 2}
+  local m = p:open("workers_job")
+  local before = p:stats()
+  local results, most = {}, 0
+  local t = task.spawn(function()
+    task.await(m:call("nothing")) -- from here on a delivery resumes this task
+    local ps = {}
+    for i = 1, 40 do
+      ps[i] = m:call("sleep_then", 1, i)
+      local q = p:stats().queued
+      if q > most then most = q end
+    end
+    for i = 1, 40 do results[i] = task.await(ps[i]) end
+  end)
+  settle_slowly(function() return t:status() ~= "suspended" end)
+  H.eq(t:status(), "done")
+  for i = 1, 40 do H.eq(results[i], i, "result " .. i) end
+  local s = p:stats()
+  H.truthy(most <= 2, "queued at most 2, saw " .. most)
+  H.truthy(s.waited - before.waited > 0, "some calls awaited room")
+  H.eq(s.overflowed - before.overflowed, 0, "none queued past the limit")
+  p:close()
+end)
+
+H.case("closing the pool ends the calls kept back too: their tasks get the cancellation error", function()
+  local p = task.workers{threads = 1, queue = 64}
+  local m = p:open("workers_job")
+  local outcomes = {}
+  local t = task.spawn(function()
+    task.await(m:call("nothing"))
+    local hold = m:call("until_cancelled", 1e12) -- keeps the worker busy: the next calls are kept back
+    local ps = {hold, m:call("echo", 1), m:call("echo", 2), m:call("echo", 3)}
+    p:close()
+    for i = 1, #ps do
+      local ok, err = pcall(task.await, ps[i])
+      outcomes[i] = ok and "ok" or tostring(err)
+    end
+  end)
+  settle_slowly(function() return t:status() ~= "suspended" end)
+  H.eq(t:status(), "done")
+  H.eq(outcomes, {"task cancelled", "task cancelled", "task cancelled", "task cancelled"})
+  local s = p:stats()
+  H.eq(s.submitted, s.completed + s.failed + s.dropped)
+  H.eq(s.queued, 0)
+end)
+
 H.run()
 pool:close()
