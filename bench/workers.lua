@@ -50,6 +50,23 @@ local function payload(bytes)
   return t
 end
 
+-- W7_payload: the sizes (LUNA_W7_KIB="1024" for one), calls a batch (at least 32,
+-- and 4 MiB each way) and batches
+local PAYLOAD_KIB = {1, 64, 1024}
+if os.getenv("LUNA_W7_KIB") then -- e.g. "1024": one size (to profile it)
+  PAYLOAD_KIB = {}
+  for k in os.getenv("LUNA_W7_KIB"):gmatch("%d+") do PAYLOAD_KIB[#PAYLOAD_KIB + 1] = tonumber(k) end
+end
+local PAYLOAD_BATCHES = quick and 1 or 5
+local function payload_calls(kib) return quick and 2 or math.max(32, 4096 // kib) end
+
+local function median(t)
+  local c = {}
+  for i = 1, #t do c[i] = t[i] end
+  table.sort(c)
+  return #c % 2 == 1 and c[(#c + 1) // 2] or (c[#c // 2] + c[#c // 2 + 1]) / 2
+end
+
 local W = {}
 
 if impl == "lunaloop" then
@@ -189,6 +206,32 @@ if impl == "lunaloop" then
     pool:close()
     bench.frames(1, DT)
   end
+
+  -- W7_payload: a string of 1 KiB, 64 KiB and 1 MiB echoed by a worker
+  -- (argument and result), one call at a time: the median of 5 batches of
+  -- `payload_calls` calls, in ns a KiB (suite.sh runs it interleaved with
+  -- luv's, round by round).
+  function W.W7_payload(n)
+    local pool = task.workers{threads = math.max(1, n), queue = 64}
+    local m = pool:open("w7_jobs")
+    run(function() for _ = 1, 8 do task.await(m:call("empty")) end end)
+    for _, kib in ipairs(PAYLOAD_KIB) do
+      local str = string.rep("x", kib * 1024)
+      local calls = payload_calls(kib)
+      local batches = {}
+      run(function()
+        for _ = 1, 2 do task.await(m:call("echo", str)) end
+        for b = 1, PAYLOAD_BATCHES do
+          local s = wall()
+          for _ = 1, calls do task.await(m:call("echo", str)) end
+          batches[b] = (wall() - s) / calls / kib
+        end
+      end)
+      out("test=payload_string kib=%d threads=%d ns_per_kib=%.0f", kib, n, median(batches))
+    end
+    pool:close()
+    bench.frames(1, DT)
+  end
 end
 
 if impl == "luv" then
@@ -248,6 +291,24 @@ if impl == "luv" then
     end
     out("test=roundtrip one_at_a_time_us=%.1f pipelined_256_us=%.2f lua_allocs_per_job=%.1f",
       one / 1e3, (wall() - t0) / done / 1e3, allocs)
+  end
+
+  -- W7_payload (see lunaloop's): libuv's pool of UV_THREADPOOL_SIZE threads
+  function W.W7_payload()
+    local p = tonumber(os.getenv("UV_THREADPOOL_SIZE") or "4")
+    local echo = uv.new_work(function(s) return s end, function() end)
+    for _, kib in ipairs(PAYLOAD_KIB) do
+      local str = string.rep("x", kib * 1024)
+      local calls = payload_calls(kib)
+      local batches = {}
+      for _ = 1, 2 do uv.queue_work(echo, str); uv.run() end
+      for b = 1, PAYLOAD_BATCHES do
+        local s = wall()
+        for _ = 1, calls do uv.queue_work(echo, str); uv.run() end
+        batches[b] = (wall() - s) / calls / kib
+      end
+      out("test=payload_string kib=%d threads=%d ns_per_kib=%.0f", kib, p, median(batches))
+    end
   end
 end
 

@@ -77,6 +77,7 @@
 
 static const char default_key = 'D'; /* registry: the state's default Pool */
 static const char anchor_key = 'A';  /* registry: table of open Pools (kept alive) */
+static const char pin_key = 'P';     /* registry: job address -> its pinned string(s) */
 
 /* ---- shares ----------------------------------------------------------------- */
 
@@ -122,6 +123,12 @@ struct job {
   bool det;              /* delivered at frame `due` (deliver_frame) */
   bool done;             /* det: the worker finished it (under mu) */
   bool orphan;           /* det: the loop let go; the worker frees it (under mu) */
+  bool pinned;           /* large strings of the arguments are read in place:
+                            the pin table holds them under the job's address
+                            until the worker is done with it (pin_string) */
+  bool res_pinned;       /* large strings of the results are read in place from
+                            the worker's state, which holds them under `seq`
+                            until the loop releases them (release_results) */
   uint64_t due, seq;
   uint64_t instructions; /* budget; 0: none */
   luna_promise *promise; /* the pool's reference; NULL for posts */
@@ -177,6 +184,13 @@ typedef struct worker {
                            references mod_ref and fn_ref */
   size_t names_len;
   int mod_ref, fn_ref;
+  size_t pins_out;      /* jobs whose results W holds pinned for the loop
+                           (worker thread; see release_results) */
+  /* under the pool's mu: the seqs of those jobs the loop is done with, for
+     the worker to unpin at its next job (drain_releases) */
+  uint64_t *rel;
+  size_t nrel, rel_cap;
+  bool awaiting_release; /* the worker waits for them (replace_state): signal */
 } worker;
 
 struct luna_workers {
@@ -433,8 +447,9 @@ static void worker_decode_special(lua_State *W, uint64_t token, void *ud) {
 
 /* A list of values (a job's arguments, its results) as bytes: a uint32
    count, then for each value either 'V', a uint32 length and the copier's
-   encoding (copy.h), 'T', a uint32 length and a string's bytes, or 'S'
-   and a share's pointer. A Share crosses this
+   encoding (copy.h), 'T', a uint32 length and a string's bytes, 'P', the
+   address and uint32 length of a pinned string's bytes (arguments only:
+   PIN_MIN), or 'S' and a share's pointer. A Share crosses this
    way only as a value of the list itself (an argument), not inside a
    table: the copier refuses userdata. */
 typedef struct obuf {
@@ -485,6 +500,198 @@ static int add_share(job *j, share *s) {
 /* The most a kept buffer (a spare job's, a scratch one) may hold on to. */
 #define KEEP_CAP ((size_t)64 * 1024)
 
+/* Arguments that are strings of at least PIN_MIN bytes are not copied at
+   the call: the job holds a pointer to the string's bytes, which the worker
+   copies into its state (lua_pushlstring) as it starts the job, and the
+   string is pinned (kept reachable) in the state's pin table until the
+   job comes back. Lua never moves a string, nor changes its bytes, so
+   reading them from another thread is safe while it is reachable. One copy
+   of the bytes a call instead of two; below PIN_MIN the pin's table
+   writes cost more than the copy saves. Deterministic jobs copy: the loop
+   may let go of one while a worker runs it (det_step's orphans). */
+#define PIN_MIN ((size_t)16 * 1024)
+
+/* Pins the string at idx of L for job j (pin_key's table: a string, or a
+   list of them for a job with several). May raise (memory), leaving j
+   pinned: every path that ends a job unpins it first (unpin_job). */
+static void pin_string(lua_State *L, job *j, int idx) {
+  int t;
+  idx = lua_absindex(L, idx);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &pin_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &pin_key);
+  }
+  t = lua_gettop(L);
+  j->pinned = true;
+  switch (lua_rawgetp(L, t, j)) {
+  case LUA_TNIL:
+    lua_pushvalue(L, idx);
+    lua_rawsetp(L, t, j);
+    break;
+  case LUA_TSTRING: /* a second one: the two in a list */
+    lua_createtable(L, 4, 0);
+    lua_insert(L, -2);
+    lua_rawseti(L, -2, 1);
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, -2, 2);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, t, j);
+    break;
+  default:
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+    break;
+  }
+  lua_settop(L, t - 1);
+}
+
+/* Lets go of j's pinned strings (the worker is done with the job, or never
+   got it). L: a thread of the job's state, which is not closing. */
+static void unpin_job(lua_State *L, job *j) {
+  if (!j->pinned)
+    return;
+  j->pinned = false;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &pin_key) == LUA_TTABLE) {
+    lua_pushnil(L);
+    lua_rawsetp(L, -2, j);
+  }
+  lua_pop(L, 1);
+}
+
+/* unpin_job on p's state, when it can still be used (closing, it frees the
+   pin table with everything else once the workers are joined). */
+static void unpin_in_pool(luna_workers *p, job *j) {
+  if (j->pinned && p->b != NULL && !p->b->closing)
+    unpin_job(luna__exec_state(p->b), j);
+}
+
+/* The same for a job's results, the other way: a result string of at
+   least PIN_MIN bytes stays in the worker's state W, pinned in W's pin
+   table under the job's seq, and the loop thread's decoding copies it from
+   there. Once the loop is done with the results (push_results, or the job
+   ends without them), it puts the seq on the worker's release list, and the
+   worker unpins it as it takes its next job. W is not closed while pins are
+   out: replace_state first copies the results still in the done list into
+   the job (materialize) and waits for the rest, which the loop thread is
+   delivering; pool_close joins the workers and materializes the done list
+   before it closes the states. Pins W (may raise: memory). Worker thread. */
+static void pin_result(lua_State *W, job *j, int idx) {
+  idx = lua_absindex(W, idx);
+  if (lua_rawgetp(W, LUA_REGISTRYINDEX, &pin_key) != LUA_TTABLE) {
+    lua_pop(W, 1);
+    lua_newtable(W);
+    lua_pushvalue(W, -1);
+    lua_rawsetp(W, LUA_REGISTRYINDEX, &pin_key);
+  }
+  if (!j->res_pinned) {
+    j->res_pinned = true;
+    worker_of(W)->pins_out++;
+  }
+  if (lua_rawgeti(W, -1, (lua_Integer)j->seq) != LUA_TTABLE) {
+    lua_pop(W, 1);
+    lua_newtable(W);
+    lua_pushvalue(W, -1);
+    lua_rawseti(W, -3, (lua_Integer)j->seq);
+  }
+  lua_pushvalue(W, idx);
+  lua_rawseti(W, -2, (lua_Integer)lua_rawlen(W, -2) + 1);
+  lua_pop(W, 2);
+}
+
+/* Unpins the results of the job of seq `seq` in w's state. Worker thread. */
+static void unpin_seq(worker *w, uint64_t seq) {
+  lua_State *W = w->W;
+  if (lua_rawgetp(W, LUA_REGISTRYINDEX, &pin_key) == LUA_TTABLE) {
+    lua_pushnil(W);
+    lua_rawseti(W, -2, (lua_Integer)seq);
+  }
+  lua_pop(W, 1);
+  w->pins_out--;
+}
+
+/* Unpins what the loop released (w->rel). Worker thread, with the pool's
+   mu held (unpinning allocates nothing and runs no Lua code). */
+static void drain_releases(worker *w) {
+  while (w->nrel > 0)
+    unpin_seq(w, w->rel[--w->nrel]);
+}
+
+/* The loop is done with j's results: their pins go back to the worker.
+   Loop thread (or a worker's replace_state, under mu, for jobs of its
+   own: `locked`). */
+static void release_results(luna_workers *p, job *j, bool locked) {
+  worker *w;
+  if (!j->res_pinned)
+    return;
+  j->res_pinned = false;
+  w = &p->w[j->worker - 1];
+  if (!locked)
+    pthread_mutex_lock(&p->mu);
+  if (w->nrel == w->rel_cap) {
+    size_t cap = w->rel_cap ? w->rel_cap * 2 : 16;
+    uint64_t *a = (uint64_t *)realloc(w->rel, cap * sizeof *a);
+    if (a == NULL) { /* the pin stays until the state closes: memory, not safety */
+      if (!locked)
+        pthread_mutex_unlock(&p->mu);
+      return;
+    }
+    w->rel = a;
+    w->rel_cap = cap;
+  }
+  w->rel[w->nrel++] = j->seq;
+  if (w->awaiting_release)
+    pthread_cond_broadcast(&p->work_cv);
+  if (!locked)
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Copies the pinned strings of j's results into its buffer (each 'P'
+   becomes a 'T' with the bytes), so that the results outlive the worker's
+   state. The job's results are not being read meanwhile. False: out of
+   memory (the results are then unusable). */
+static bool materialize(job *j) {
+  obuf b = {NULL, 0, 0};
+  const char *q = j->res;
+  uint32_t n, i;
+  memcpy(&n, q, sizeof n);
+  q += sizeof n;
+  if (!obuf_put(&b, &n, sizeof n))
+    return false;
+  for (i = 0; i < n; i++) {
+    char tag = *q++;
+    if (tag == 'S') {
+      if (!obuf_put(&b, "S", 1) || !obuf_put(&b, q, 8))
+        goto nomem;
+      q += 8;
+    } else if (tag == 'P') {
+      uint64_t at;
+      uint32_t len;
+      memcpy(&at, q, sizeof at);
+      memcpy(&len, q + sizeof at, sizeof len);
+      q += sizeof at + sizeof len;
+      if (!obuf_put(&b, "T", 1) || !obuf_put(&b, &len, sizeof len) ||
+          !obuf_put(&b, (const char *)(uintptr_t)at, len))
+        goto nomem;
+    } else { /* 'T' or 'V': a length and that many bytes */
+      uint32_t len;
+      memcpy(&len, q, sizeof len);
+      if (!obuf_put(&b, &tag, 1) || !obuf_put(&b, q, sizeof len + len))
+        goto nomem;
+      q += sizeof len + len;
+    }
+  }
+  free(j->res);
+  j->res = b.p;
+  j->res_len = b.len;
+  j->res_cap = b.cap;
+  return true;
+nomem:
+  free(b.p);
+  return false;
+}
+
 /* Encodes the n values at first.. of L into *out, a malloc'ed buffer of
    *outcap bytes (or NULL, 0) that is reused and grown; *scratch and *scratch_cap
    the same for the copier's own buffer (kept by the caller's thread for
@@ -493,8 +700,8 @@ static int add_share(job *j, share *s) {
    for i == 1 with `root1`, that. Returns LUA_OK, or the status with the
    message on top of L (*out still the caller's to free). */
 static int encode_values(lua_State *L, int first, int n, const char *what, const char *root_fmt,
-                         const char *root1, job *j, char **out, size_t *outlen, size_t *outcap,
-                         char **scratch, size_t *scratch_cap) {
+                         const char *root1, job *j, job *results_of, char **out, size_t *outlen,
+                         size_t *outcap, char **scratch, size_t *scratch_cap) {
   obuf b = {*out, 0, *outcap};
   luna__copy_opts o;
   uint32_t count = (uint32_t)n;
@@ -526,9 +733,22 @@ static int encode_values(lua_State *L, int first, int n, const char *what, const
     }
     if (lua_type(L, idx) == LUA_TSTRING) {
       /* a string as itself: one copy in, and the receiver's
-         lua_pushlstring straight from the bytes (no copier framing) */
+         lua_pushlstring straight from the bytes (no copier framing); a
+         large argument not even that: the worker reads it in place */
       size_t slen;
       const char *str = lua_tolstring(L, idx, &slen);
+      job *pj = j != NULL ? j : results_of;
+      if (slen >= PIN_MIN && slen <= UINT32_MAX && pj != NULL && !pj->det) {
+        uint32_t len = (uint32_t)slen;
+        uint64_t at = (uint64_t)(uintptr_t)str;
+        if (j != NULL)
+          pin_string(L, j, idx);
+        else
+          pin_result(L, results_of, idx);
+        if (!obuf_put(&b, "P", 1) || !obuf_put(&b, &at, sizeof at) || !obuf_put(&b, &len, sizeof len))
+          goto nomem;
+        continue;
+      }
       if (slen <= UINT32_MAX) {
         uint32_t len = (uint32_t)slen;
         if (!obuf_put(&b, "T", 1) || !obuf_put(&b, &len, sizeof len) || !obuf_put(&b, str, slen))
@@ -594,6 +814,13 @@ static int decode_values(lua_State *L, const char *p, worker *w) {
       p += sizeof len;
       lua_pushlstring(L, p, len);
       p += len;
+    } else if (p[-1] == 'P') { /* a pinned string of the loop's state */
+      uint64_t at;
+      uint32_t len;
+      memcpy(&at, p, sizeof at);
+      memcpy(&len, p + sizeof at, sizeof len);
+      p += sizeof at + sizeof len;
+      lua_pushlstring(L, (const char *)(uintptr_t)at, len);
     } else {
       uint32_t len;
       memcpy(&len, p, sizeof len);
@@ -792,7 +1019,7 @@ static int run_protected(lua_State *W) {
       snprintf(what, sizeof what, "%s.%s", j->names, j->fn);
     }
   }
-  st = encode_values(W, base + 1, n, what, "result %d", NULL, NULL, &j->res, &j->res_len,
+  st = encode_values(W, base + 1, n, what, "result %d", NULL, NULL, j, &j->res, &j->res_len,
                      &j->res_cap, &w->scratch, &w->scratch_cap);
   if (st != LUA_OK)
     return lua_error(W);
@@ -805,6 +1032,39 @@ static void set_error(job *j, const char *msg) {
   j->res_len = j->res != NULL ? strlen(j->res) : 0;
   j->res_cap = j->res != NULL ? j->res_len + 1 : 0;
   j->outcome = OUT_ERR;
+}
+
+/* Before w's state is closed to be made again: no pinned result of it may
+   be read after. Its jobs in the done list get their results copied
+   (materialize); the ones the loop thread took are being delivered, and
+   their releases are waited for. False when the pool is closing first
+   (pool_close then does it, with the state left open). Worker thread. */
+static bool settle_pins(worker *w) {
+  luna_workers *p = w->pool;
+  job *d;
+  bool ok;
+  if (w->pins_out == 0)
+    return true;
+  pthread_mutex_lock(&p->mu);
+  for (d = p->dhead; d != NULL; d = d->next) {
+    if (d->res_pinned && d->worker == w->index) {
+      if (!materialize(d))
+        d->outcome = OUT_DROPPED;
+      d->res_pinned = false;
+      w->pins_out--;
+    }
+  }
+  w->awaiting_release = true;
+  for (;;) {
+    drain_releases(w);
+    if (w->pins_out == 0 || p->stopping)
+      break;
+    pthread_cond_wait(&p->work_cv, &p->mu);
+  }
+  w->awaiting_release = false;
+  ok = w->pins_out == 0;
+  pthread_mutex_unlock(&p->mu);
+  return ok;
 }
 
 static void run_job(worker *w, job *j) {
@@ -837,6 +1097,7 @@ static void run_job(worker *w, job *j) {
   w->step = w->budget != 0 && w->budget < HOOK_STEP ? (int)w->budget : HOOK_STEP;
   if (w->budget != 0 || ALWAYS_HOOK)
     lua_sethook(W, worker_hook, LUA_MASKCOUNT, w->step);
+  j->res_pinned = false;
   lua_settop(W, 0);
   lua_pushcfunction(W, job_msgh);
   lua_pushcfunction(W, run_protected);
@@ -862,9 +1123,13 @@ static void run_job(worker *w, job *j) {
   }
   if (j->outcome == OUT_OK && j->promise != NULL && luna_promise_is_cancelled(j->promise))
     j->outcome = OUT_DROPPED;
+  if (j->res_pinned && j->outcome != OUT_OK) { /* nobody will read them */
+    j->res_pinned = false;
+    unpin_seq(w, j->seq);
+  }
   w->current = NULL;
   lua_settop(W, 0);
-  if (w->oom) {
+  if (w->oom && settle_pins(w)) {
     char *err = NULL;
     w->limit = 0; /* closing frees only */
     drop_cache(w);
@@ -1068,6 +1333,7 @@ static void *worker_main(void *arg) {
       p->qtail = NULL;
     j->next = NULL;
     atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
+    drain_releases(w);
     p->running++;
     began = p->took_ns = monotonic_ns();
     if (p->room_wanted && !p->bell)
@@ -1133,7 +1399,9 @@ static void *worker_main(void *arg) {
 
 static int push_results(lua_State *L, void *data) {
   job *j = (job *)data;
-  return decode_values(L, j->res, NULL);
+  int n = decode_values(L, j->res, NULL);
+  release_results(j->pool, j, false);
+  return n;
 }
 
 static int push_closed(lua_State *L, void *data) {
@@ -1162,6 +1430,8 @@ static void job_recycle(luna_workers *p, job *j) {
   size_t args_cap, res_cap;
   share **shares;
   size_t shares_cap;
+  unpin_in_pool(p, j);
+  release_results(p, j, false);
   if (p->nspare >= MAX_SPARE || p->nspare >= p->cap + (size_t)p->nthreads + 64) {
     job_free(j);
     return;
@@ -1247,6 +1517,7 @@ static bool no_values(const job *j) {
    a post's error. Frees the job. */
 static void deliver(luna_workers *p, job *j) {
   luna_promise *pr = j->promise;
+  unpin_in_pool(p, j); /* before the results, which may keep j for later */
   if (pr == NULL) {
     if (j->outcome == OUT_ERR)
       report_post_error(p, j);
@@ -1434,7 +1705,7 @@ static void end_job(job *j, bool complete) {
 static void pool_listener(luna_loop *loop, luna_event event, void *ud);
 
 static void pool_close(luna_workers *p, bool complete) {
-  job *q, *d, *det;
+  job *q, *d, *det, *j;
   int i;
   size_t k;
   if (p->closed)
@@ -1481,19 +1752,28 @@ static void pool_close(luna_workers *p, bool complete) {
   }
   if (p->b == NULL || p->b->loop == NULL || p->b->closing || p->loop == NULL)
     complete = false;
+  for (j = p->pending; j != NULL; j = j->next) /* the workers are joined: no one reads */
+    unpin_in_pool(p, j);
   while (d != NULL) {
-    job *j = d;
+    j = d;
     d = j->next;
+    unpin_in_pool(p, j);
+    if (j->res_pinned) { /* the worker states close below */
+      if (!materialize(j))
+        j->outcome = OUT_DROPPED;
+      j->res_pinned = false;
+    }
     end_job(j, complete);
   }
   while (q != NULL) { /* a deterministic one is ended through the det list */
-    job *j = q;
+    j = q;
     q = j->next;
+    unpin_in_pool(p, j);
     if (!j->det || j->orphan)
       end_job(j, complete && !j->orphan);
   }
   while (det != NULL) {
-    job *j = det;
+    j = det;
     det = j->det_next;
     end_job(j, complete);
   }
@@ -1521,6 +1801,7 @@ static void pool_close(luna_workers *p, bool complete) {
 }
 
 static void pool_free(luna_workers *p) {
+  int i;
   if (p->listening && p->loop != NULL)
     luna_loop_remove_listener(p->loop, pool_listener, p);
   pthread_mutex_destroy(&p->mu);
@@ -1539,6 +1820,8 @@ static void pool_free(luna_workers *p) {
   }
   free(p->scratch);
   free(p->room);
+  for (i = 0; i < p->nthreads; i++)
+    free(p->w[i].rel);
   free(p->w);
   free(p->path);
   free(p->cpath);
@@ -1942,6 +2225,7 @@ typedef struct job_ud {
 static int l_job_gc(lua_State *L) {
   job_ud *ud = (job_ud *)lua_touserdata(L, 1);
   if (ud->j != NULL) {
+    unpin_job(L, ud->j);
     job_free(ud->j);
     ud->j = NULL;
   }
@@ -1999,7 +2283,7 @@ static int prepare_job(lua_State *L, luna_workers *p, int kind, const char *mod,
     j->due = luna__loop_frame(p->loop) + (uint64_t)det;
   }
   j->seq = ++p->seq;
-  if (encode_values(L, first, nargs, what, "argument %d", kind == JOB_MAP ? "items" : NULL, j,
+  if (encode_values(L, first, nargs, what, "argument %d", kind == JOB_MAP ? "items" : NULL, j, NULL,
                     &j->args, &j->args_len, &j->args_cap, &p->scratch,
                     &p->scratch_cap) != LUA_OK) {
     unpend(p, j);

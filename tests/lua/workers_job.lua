@@ -37,6 +37,18 @@ function M.sleep_then(ms, v)
   while os.clock() < t do end
   return v
 end
+-- A string of n bytes that differs along its length (large results).
+function M.big(n, c)
+  local parts, len = {}, 0
+  while len < n do
+    local piece = c .. #parts .. ","
+    parts[#parts + 1] = piece
+    len = len + #piece
+  end
+  return table.concat(parts):sub(1, n)
+end
+function M.reverse(s) return s:reverse() end
+function M.ends(s) return #s, s:sub(1, 8), s:sub(-8) end
 local posted = 0
 function M.post_add(n) posted = posted + n end
 function M.posted() return posted end

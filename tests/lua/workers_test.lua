@@ -188,6 +188,120 @@ H.case("a worker out of memory rejects the job and its state is recreated", func
   small:close()
 end)
 
+-- A string of n bytes that differs along its length, made on the loop thread.
+local function varied(n, c)
+  local parts, len = {}, 0
+  while len < n do
+    local piece = c .. #parts .. ";"
+    parts[#parts + 1] = piece
+    len = len + #piece
+  end
+  return table.concat(parts):sub(1, n)
+end
+
+H.case("large string arguments and results (read in place) arrive whole, in order", function()
+  local a, b = varied(100000, "a"), varied(20000, "b")
+  local ok, r1, r2, r3, r4, r5 = in_task(function()
+    return task.await(job:call("echo", a, "small", b, {t = 1}, a))
+  end)
+  H.eq({ok, r2, r4}, {true, "small", {t = 1}})
+  H.eq(r1 == a and r3 == b and r5 == a, true)
+  local _, rev = in_task(function() return task.await(job:call("reverse", a)) end)
+  H.eq(rev == a:reverse(), true)
+  local _, big = in_task(function() return task.await(job:call("big", 300000, "w")) end)
+  H.eq(#big, 300000)
+  H.eq(big:sub(1, 8), "w0,w1,w2")
+  -- deterministic delivery copies instead: the same values
+  local det = pool:open("workers_job", {deliver_frame = 2})
+  local _, d1, d2 = in_task(function() return task.await(det:call("echo", a, b)) end)
+  H.eq(d1 == a and d2 == b, true)
+  -- a post and a failing call with large arguments release them too
+  det = nil
+  job:post("post_add", 0, a)
+  local okf, err = in_task(function() return task.await(job:call("boom", a)) end)
+  H.eq(okf, false)
+  H.eq(type(err), "string")
+end)
+
+H.case("a large argument nobody else holds survives collections while its job waits in the queue", function()
+  local one = task.workers{threads = 1}
+  local m = one:open("workers_job")
+  local ok, n, head, tail = in_task(function()
+    local busy = m:call("sleep_then", 40, true) -- the worker is busy: the next job waits queued
+    local p = m:call("ends", varied(200000, "q"))
+    for _ = 1, 3 do collectgarbage("collect") end
+    task.await(busy)
+    return task.await(p)
+  end)
+  H.eq({ok, n, head}, {true, 200000, "q0;q1;q2"})
+  H.eq(tail, varied(200000, "q"):sub(-8))
+  one:close()
+end)
+
+H.case("large results finished but not delivered when the pool closes arrive whole", function()
+  local one = task.workers{threads = 1}
+  local m = one:open("workers_job")
+  local ok, s = in_task(function()
+    local p = m:call("big", 150000, "c")
+    local deadline = os.time() + 20
+    while one:stats().completed < 1 do -- no frame runs: the result is not delivered
+      assert(os.time() < deadline, "the job did not finish")
+    end
+    one:close() -- closes the worker's state: the result must not point into it
+    return task.await(p)
+  end)
+  H.eq({ok, #s, s:sub(1, 8)}, {true, 150000, "c0,c1,c2"})
+end)
+
+H.case("a worker that runs out of memory after a job with large results keeps those results", function()
+  local small = task.workers{threads = 1, memory = 4 * 1024 * 1024}
+  local m = small:open("workers_job")
+  local _, ok1, s, ok2, err = in_task(function()
+    local p1 = m:call("big", 200000, "z")
+    local p2 = m:call("hog", 64)
+    local deadline = os.time() + 20
+    while small:stats().recreated < 1 do -- no frame runs: p1's result waits undelivered
+      assert(os.time() < deadline, "the worker was not recreated")
+    end
+    local a, b = pcall(task.await, p1)
+    return a, b, pcall(task.await, p2)
+  end)
+  H.eq({ok1, #s, s:sub(1, 8), ok2}, {true, 200000, "z0,z1,z2", false})
+  H.has(err, "ran out of memory")
+  H.eq({in_task(function() return task.await(m:call("ends", varied(50000, "k"))) end)},
+    {true, 50000, "k0;k1;k2", varied(50000, "k"):sub(-8)})
+  small:close()
+end)
+
+H.case("large results stay whole while the worker keeps running out of memory (mixed, many rounds)", function()
+  local small = task.workers{threads = 1, memory = 4 * 1024 * 1024}
+  local m = small:open("workers_job")
+  local sizes, oks = {}, 0
+  local ok = in_task(function()
+    local ps = {}
+    for i = 1, 60 do
+      if i % 5 == 0 then
+        ps[i] = m:call("hog", 64)
+      else
+        sizes[i] = 16384 + (i * 7919) % 90000
+        ps[i] = m:call("big", sizes[i], "m")
+      end
+      if i % 3 == 0 then task.yield() end -- deliveries and the next jobs interleave
+    end
+    for i = 1, 60 do
+      local a, r = pcall(task.await, ps[i])
+      if i % 5 == 0 then
+        assert(not a and tostring(r):find("ran out of memory"), tostring(r))
+      else
+        assert(a and #r == sizes[i] and r:sub(1, 8) == "m0,m1,m2", "result " .. i .. " changed")
+        oks = oks + 1
+      end
+    end
+  end)
+  H.eq({ok, oks, small:stats().recreated}, {true, 48, 12})
+  small:close()
+end)
+
 H.case("map: fork-join over chunks, results in order", function()
   local items = {}
   for i = 1, 200 do items[i] = i end
