@@ -297,7 +297,7 @@ if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$on
     frames+=$(grep '^frames ' <<<"$out")$'\n'
   done
 fi
-workers=
+workers= payload=
 if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$only" ] || grep -qE -- "$only" <<<W7_workers; }; then
   # W7 worker Lua states (bench/workers.lua): wall time, one run each, not
   # a ratio: task.workers on 1..cores threads with the serial baseline on
@@ -312,6 +312,18 @@ if [ -z "$old" ] && [ "$instructions" -eq 0 ] && [ -z "$report" ] && { [ -z "$on
     for ((p = 1; p <= $(nproc); p++)); do
       workers+=$'\n'$(UV_THREADPOOL_SIZE=$p LUNA_BENCH_GC=generational "$bin" ${q[@]+"${q[@]}"} lua luv "$here/workers.lua" W7 "$N_W7" | grep '^w7 ') ||
         { note "failed: luna_bench lua luv bench/workers.lua W7 $N_W7"; failed=1; }
+    done
+  fi
+  # W7_payload: string echoes of 1 KiB, 64 KiB and 1 MiB, lunaloop (one
+  # worker) and luv (each pool size) interleaved round by round
+  if has_peer luv; then
+    for ((r = 1; r <= rounds; r++)); do
+      payload+=$(LUNA_BENCH_GC=generational "$bin" ${q[@]+"${q[@]}"} lua lunaloop "$here/workers.lua" W7_payload 1 | grep '^w7 ')$'\n' ||
+        { note "failed: luna_bench lua lunaloop bench/workers.lua W7_payload 1"; failed=1; }
+      for ((p = 1; p <= $(nproc); p++)); do
+        payload+=$(UV_THREADPOOL_SIZE=$p LUNA_BENCH_GC=generational "$bin" ${q[@]+"${q[@]}"} lua luv "$here/workers.lua" W7_payload 1 | grep '^w7 ')$'\n' ||
+          { note "failed: luna_bench lua luv bench/workers.lua W7_payload 1"; failed=1; }
+      done
     done
   fi
 fi
@@ -538,6 +550,44 @@ if [ -n "$workers" ]; then
   echo "W7 worker Lua states (bench/workers.lua): wall time, one run each, $N_W7 jobs of ~1 ms;"
   echo "speedup and efficiency against the same jobs on the loop thread; luv passes strings only:"
   printf '%s\n' "$workers" | sed 's/^w7 /  /'
+fi
+if [ -n "$payload" ]; then
+  echo
+  echo "W7_payload: echo of a string, one call at a time (ns a KiB both ways; each figure the median"
+  echo "of 5 batches in one process, 1 with --quick), $rounds interleaved rounds: min median max"
+  printf '%s\n' "$payload" | awk '
+    function field(name,   i, kv) {
+      for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] }
+      return ""
+    }
+    function med(k, n,   i, j, t, a) {
+      for (i = 1; i <= n; i++) a[i] = v[k, i]
+      for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+      lo[k] = a[1]; hi[k] = a[n]
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    /test=payload_string/ {
+      k = field("impl") (field("impl") == "luv" ? "_" field("threads") "thr" : "") SUBSEP field("kib")
+      v[k, ++n[k]] = field("ns_per_kib")
+      if (!((field("kib")) in seen)) { seen[field("kib")] = 1; sizes[++ns] = field("kib") }
+      split(k, parts, SUBSEP); if (!(parts[1] in iseen)) { iseen[parts[1]] = 1; impls[++ni] = parts[1] }
+    }
+    END {
+      for (s = 1; s <= ns; s++) {
+        best = ""
+        for (i = 1; i <= ni; i++) {
+          k = impls[i] SUBSEP sizes[s]
+          if (!(k in n)) continue
+          m = med(k, n[k])
+          printf "  %5s KiB  %-14s %8.0f %8.0f %8.0f\n", sizes[s], impls[i], lo[k], m, hi[k]
+          if (impls[i] == "lunaloop") ours = m
+          else if (best == "" || m < best) { best = m; bi = impls[i] }
+        }
+        if (best != "")
+          printf "  %5s KiB  target faster than luv at its best pool size (%s): %s (%.2fx)\n", sizes[s], bi,
+            ours < best ? "met" : "MISSED", ours / best
+      }
+    }'
 fi
 echo
 note "suite finished in ${elapsed}s"
