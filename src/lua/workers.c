@@ -13,7 +13,8 @@
 **   (wait_for_work); the loop thread waits on `done_cv` only for a
 **   deterministic job that is late.
 ** - A job is malloc'ed on the loop thread with its arguments already
-**   copied (copy.h), queued, run by one worker, and handed back through the
+**   copied (copy.h; a large string is pinned and read in place instead,
+**   both ways: PIN_MIN), queued, run by one worker, and handed back through the
 **   done list. The loop thread learns of it from a "bell": one luna_post of
 **   bell_cb per batch (the flag `bell` says one is in the inbox), which
 **   completes the jobs' promises right there (luna__promise_complete_now),
@@ -190,7 +191,7 @@ typedef struct worker {
      the worker to unpin at its next job (drain_releases) */
   uint64_t *rel;
   size_t nrel, rel_cap;
-  bool awaiting_release; /* the worker waits for them (replace_state): signal */
+  bool awaiting_release; /* the worker waits for them (settle_pins): signal */
 } worker;
 
 struct luna_workers {
@@ -448,8 +449,8 @@ static void worker_decode_special(lua_State *W, uint64_t token, void *ud) {
 /* A list of values (a job's arguments, its results) as bytes: a uint32
    count, then for each value either 'V', a uint32 length and the copier's
    encoding (copy.h), 'T', a uint32 length and a string's bytes, 'P', the
-   address and uint32 length of a pinned string's bytes (arguments only:
-   PIN_MIN), or 'S' and a share's pointer. A Share crosses this
+   address and uint32 length of a pinned string's bytes in the sender's
+   state (PIN_MIN), or 'S' and a share's pointer. A Share crosses this
    way only as a value of the list itself (an argument), not inside a
    table: the copier refuses userdata. */
 typedef struct obuf {
@@ -573,7 +574,7 @@ static void unpin_in_pool(luna_workers *p, job *j) {
    there. Once the loop is done with the results (push_results, or the job
    ends without them), it puts the seq on the worker's release list, and the
    worker unpins it as it takes its next job. W is not closed while pins are
-   out: replace_state first copies the results still in the done list into
+   out: settle_pins first copies the results still in the done list into
    the job (materialize) and waits for the rest, which the loop thread is
    delivering; pool_close joins the workers and materializes the done list
    before it closes the states. Pins W (may raise: memory). Worker thread. */
@@ -619,22 +620,19 @@ static void drain_releases(worker *w) {
 }
 
 /* The loop is done with j's results: their pins go back to the worker.
-   Loop thread (or a worker's replace_state, under mu, for jobs of its
-   own: `locked`). */
-static void release_results(luna_workers *p, job *j, bool locked) {
+   Loop thread. */
+static void release_results(luna_workers *p, job *j) {
   worker *w;
   if (!j->res_pinned)
     return;
   j->res_pinned = false;
   w = &p->w[j->worker - 1];
-  if (!locked)
-    pthread_mutex_lock(&p->mu);
+  pthread_mutex_lock(&p->mu);
   if (w->nrel == w->rel_cap) {
     size_t cap = w->rel_cap ? w->rel_cap * 2 : 16;
     uint64_t *a = (uint64_t *)realloc(w->rel, cap * sizeof *a);
     if (a == NULL) { /* the pin stays until the state closes: memory, not safety */
-      if (!locked)
-        pthread_mutex_unlock(&p->mu);
+      pthread_mutex_unlock(&p->mu);
       return;
     }
     w->rel = a;
@@ -643,8 +641,7 @@ static void release_results(luna_workers *p, job *j, bool locked) {
   w->rel[w->nrel++] = j->seq;
   if (w->awaiting_release)
     pthread_cond_broadcast(&p->work_cv);
-  if (!locked)
-    pthread_mutex_unlock(&p->mu);
+  pthread_mutex_unlock(&p->mu);
 }
 
 /* Copies the pinned strings of j's results into its buffer (each 'P'
@@ -814,7 +811,7 @@ static int decode_values(lua_State *L, const char *p, worker *w) {
       p += sizeof len;
       lua_pushlstring(L, p, len);
       p += len;
-    } else if (p[-1] == 'P') { /* a pinned string of the loop's state */
+    } else if (p[-1] == 'P') { /* a pinned string of the sender's state */
       uint64_t at;
       uint32_t len;
       memcpy(&at, p, sizeof at);
@@ -1400,7 +1397,7 @@ static void *worker_main(void *arg) {
 static int push_results(lua_State *L, void *data) {
   job *j = (job *)data;
   int n = decode_values(L, j->res, NULL);
-  release_results(j->pool, j, false);
+  release_results(j->pool, j);
   return n;
 }
 
@@ -1431,7 +1428,7 @@ static void job_recycle(luna_workers *p, job *j) {
   share **shares;
   size_t shares_cap;
   unpin_in_pool(p, j);
-  release_results(p, j, false);
+  release_results(p, j);
   if (p->nspare >= MAX_SPARE || p->nspare >= p->cap + (size_t)p->nthreads + 64) {
     job_free(j);
     return;
