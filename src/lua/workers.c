@@ -187,6 +187,7 @@ typedef struct worker {
   int mod_ref, fn_ref;
   size_t pins_out;      /* jobs whose results W holds pinned for the loop
                            (worker thread; see release_results) */
+  size_t pinned_bytes;  /* the bytes of their strings (worker thread) */
   /* under the pool's mu: the seqs of those jobs the loop is done with, for
      the worker to unpin at its next job (drain_releases) */
   uint64_t *rel;
@@ -577,9 +578,22 @@ static void unpin_in_pool(luna_workers *p, job *j) {
    out: settle_pins first copies the results still in the done list into
    the job (materialize) and waits for the rest, which the loop thread is
    delivering; pool_close joins the workers and materializes the done list
-   before it closes the states. Pins W (may raise: memory). Worker thread. */
+   before it closes the states. Under a memory limit, pinned results may
+   hold at most a sixteenth of it (may_pin_result): they count in W's
+   memory until released, where a copied result was garbage at once (with a
+   quarter, 600 KiB results under a 4 MiB limit made a job's allocation
+   fail once where copying never did: workers_test.lua). Pins W (may
+   raise: memory). Worker thread. */
+static bool may_pin_result(lua_State *W, size_t len) {
+  worker *w = worker_of(W);
+  size_t limit = w->pool->memory_limit;
+  return limit == 0 || (w->pinned_bytes <= limit / 16 && len <= limit / 16 - w->pinned_bytes);
+}
+
 static void pin_result(lua_State *W, job *j, int idx) {
+  size_t len;
   idx = lua_absindex(W, idx);
+  (void)lua_tolstring(W, idx, &len);
   if (lua_rawgetp(W, LUA_REGISTRYINDEX, &pin_key) != LUA_TTABLE) {
     lua_pop(W, 1);
     lua_newtable(W);
@@ -599,12 +613,22 @@ static void pin_result(lua_State *W, job *j, int idx) {
   lua_pushvalue(W, idx);
   lua_rawseti(W, -2, (lua_Integer)lua_rawlen(W, -2) + 1);
   lua_pop(W, 2);
+  worker_of(W)->pinned_bytes += len;
 }
 
 /* Unpins the results of the job of seq `seq` in w's state. Worker thread. */
 static void unpin_seq(worker *w, uint64_t seq) {
   lua_State *W = w->W;
   if (lua_rawgetp(W, LUA_REGISTRYINDEX, &pin_key) == LUA_TTABLE) {
+    if (lua_rawgeti(W, -1, (lua_Integer)seq) == LUA_TTABLE) {
+      lua_Integer i, n = (lua_Integer)lua_rawlen(W, -1);
+      for (i = 1; i <= n; i++) {
+        lua_rawgeti(W, -1, i);
+        w->pinned_bytes -= lua_rawlen(W, -1);
+        lua_pop(W, 1);
+      }
+    }
+    lua_pop(W, 1);
     lua_pushnil(W);
     lua_rawseti(W, -2, (lua_Integer)seq);
   }
@@ -735,7 +759,8 @@ static int encode_values(lua_State *L, int first, int n, const char *what, const
       size_t slen;
       const char *str = lua_tolstring(L, idx, &slen);
       job *pj = j != NULL ? j : results_of;
-      if (slen >= PIN_MIN && slen <= UINT32_MAX && pj != NULL && !pj->det) {
+      if (slen >= PIN_MIN && slen <= UINT32_MAX && pj != NULL && !pj->det &&
+          (j != NULL || may_pin_result(L, slen))) {
         uint32_t len = (uint32_t)slen;
         uint64_t at = (uint64_t)(uintptr_t)str;
         if (j != NULL)

@@ -305,6 +305,27 @@ H.case("large results stay whole while the worker keeps running out of memory (m
   small:close()
 end)
 
+H.case("under a memory limit, undelivered large results do not add up to an out-of-memory", function()
+  -- 30 results of 600 KiB wait undelivered (no frame runs while they are
+  -- made): pinned in the worker's state they would need 18 MiB of its 4
+  local small = task.workers{threads = 1, memory = 4 * 1024 * 1024, queue = 64}
+  local m = small:open("workers_job")
+  local ok, lens = in_task(function()
+    local ps, out = {}, {}
+    for i = 1, 30 do ps[i] = m:call("big", 600 * 1024, "r") end
+    local deadline = os.time() + 20
+    while small:stats().completed + small:stats().failed < 30 do
+      assert(os.time() < deadline, "the jobs did not finish")
+    end
+    for i = 1, 30 do out[i] = #task.await(ps[i]) end
+    return out
+  end)
+  H.eq(ok, true)
+  for i = 1, 30 do H.eq(lens[i], 600 * 1024) end
+  H.eq(small:stats().recreated, 0)
+  small:close()
+end)
+
 H.case("map: fork-join over chunks, results in order", function()
   local items = {}
   for i = 1, 200 do items[i] = i end
