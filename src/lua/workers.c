@@ -1726,6 +1726,30 @@ static void end_job(job *j, bool complete) {
 
 static void pool_listener(luna_loop *loop, luna_event event, void *ud);
 
+/* Closes the worker states of a closed pool (its workers are joined).
+   Not while a delivery is on the stack: the jobs bell_cb or det_step took
+   may still have results pinned in them, and a finalizer that runs during
+   one of their settles can close the pool (pool_close leaves the states
+   to the delivery's end, or to pool_free). Idempotent. Loop thread. */
+static void close_states(luna_workers *p) {
+  int i;
+  for (i = 0; i < p->nthreads; i++) {
+    worker *w = &p->w[i];
+    if (w->W != NULL) {
+      w->limit = 0;
+      drop_cache(w);
+      lua_close(w->W);
+      w->W = NULL;
+    }
+    free(w->cached);
+    w->cached = NULL;
+    free(w->error);
+    w->error = NULL;
+    free(w->scratch);
+    w->scratch = NULL;
+  }
+}
+
 static void pool_close(luna_workers *p, bool complete) {
   job *q, *d, *det, *j;
   int i;
@@ -1805,25 +1829,13 @@ static void pool_close(luna_workers *p, bool complete) {
     luna_promise_release(p->room[k]);
   }
   p->room_head = p->nroom = 0;
-  for (i = 0; i < p->nthreads; i++) {
-    worker *w = &p->w[i];
-    if (w->W != NULL) {
-      w->limit = 0;
-      drop_cache(w);
-      lua_close(w->W);
-      w->W = NULL;
-    }
-    free(w->cached);
-    w->cached = NULL;
-    free(w->error);
-    w->error = NULL;
-    free(w->scratch);
-    w->scratch = NULL;
-  }
+  if (p->delivering == 0)
+    close_states(p);
 }
 
 static void pool_free(luna_workers *p) {
   int i;
+  close_states(p);
   if (p->listening && p->loop != NULL)
     luna_loop_remove_listener(p->loop, pool_listener, p);
   pthread_mutex_destroy(&p->mu);
@@ -1853,6 +1865,8 @@ static void pool_free(luna_workers *p) {
 /* Frees the pool once it is closed, its Pool value is gone and no bell is
    in the inbox (the workers are joined: only the loop thread is left). */
 static void pool_maybe_free(luna_workers *p) {
+  if (p->closed && p->delivering == 0)
+    close_states(p); /* left by a close during a delivery */
   if (p->closed && !p->alive && !p->bell && p->delivering == 0)
     pool_free(p);
 }
