@@ -936,6 +936,7 @@ static lua_State *make_state(worker *w, char **err) {
   w->mem = 0;
   w->oom = false;
   w->names_len = 0; /* the strings were the old state's */
+  w->pinned_bytes = 0; /* and so were the pins (settle_pins copied them out) */
   w->epoch = atomic_load_explicit(&share_epoch, memory_order_acquire);
   W = lua_newstate(worker_alloc, w);
   if (W == NULL) {
@@ -1146,6 +1147,17 @@ static void run_job(worker *w, job *j) {
   if (j->outcome == OUT_OK && j->promise != NULL && luna_promise_is_cancelled(j->promise))
     j->outcome = OUT_DROPPED;
   if (j->res_pinned && j->outcome != OUT_OK) { /* nobody will read them */
+    j->res_pinned = false;
+    unpin_seq(w, j->seq);
+  }
+  if (j->res_pinned && w->oom) {
+    /* the job succeeded although an allocation failed on the way (a pcall
+       caught it, or the emergency collection made room): its state is made
+       again below, and settle_pins would wait for this job's release, which
+       only comes once the job is in the done list. Its results are copied
+       now, while the state is open. */
+    if (!materialize(j))
+      j->outcome = OUT_DROPPED;
     j->res_pinned = false;
     unpin_seq(w, j->seq);
   }

@@ -326,6 +326,22 @@ H.case("under a memory limit, undelivered large results do not add up to an out-
   small:close()
 end)
 
+H.case("a job that caught an out-of-memory and returns a large result is delivered, and its worker goes on", function()
+  -- the failed allocation has the state made again after the job; its own
+  -- pinned result was waited for there (for ever: it is released only once
+  -- delivered, and it is delivered only after the job; found by an attack)
+  local small = task.workers{threads = 1, memory = 1024 * 1024}
+  local m = small:open("workers_job")
+  local ok, same, len, caught, after = in_task(function()
+    local want = task.await(job:call("big", 20000, "o"))
+    local r, caught = task.await(m:call("caught_oom_then_big", 20000))
+    return r == want, #r, caught, task.await(m:call("add", 1, 2))
+  end)
+  H.eq({ok, same, len, caught, after}, {true, true, 20000, false, 3})
+  H.eq(small:stats().recreated, 1)
+  small:close()
+end)
+
 H.case("a finalizer that closes the pool in the middle of a delivery leaves the rest of it whole", function()
   -- 20 large results wait undelivered, so one delivery settles them all;
   -- a finalizer run by a settle's allocation closes the pool: the results
