@@ -546,6 +546,10 @@ static void pin_string(lua_State *L, job *j, int idx) {
     lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
     break;
   }
+  /* again: a finalizer run by lua_createtable may have closed the pool,
+     whose pool_close unpinned j (the entry is back now; prepare_job sees
+     the close and unpins it for good) */
+  j->pinned = true;
   lua_settop(L, t - 1);
 }
 
@@ -2340,6 +2344,12 @@ static int prepare_job(lua_State *L, luna_workers *p, int kind, const char *mod,
     lua_insert(L, -2);
     return 2;
   }
+  if (p->closed) { /* a finalizer run by the pinning's allocations closed the pool */
+    unpend(p, j);
+    unpin_job(L, j);
+    job_free(j);
+    return closed_refusal(L);
+  }
   return hand_over(L, p, j, NULL, pool_idx);
 }
 
@@ -2644,6 +2654,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
       luna_promise_release(pr);
       if (ud == NULL) {
         unpend(p, j);
+        unpin_job(L, j);
         job_free(j);
       } /* (else the handle frees it) */
       return closed_refusal(L);

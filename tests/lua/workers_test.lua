@@ -804,6 +804,39 @@ local function settle_slowly(fn)
   end)
 end
 
+H.case("a pool closed by a finalizer while a post pins its large arguments refuses that post", function()
+  -- two large arguments: the second one's pin list is the post's only Lua
+  -- allocation, so the finalizer runs in it, after pool_close unpinned the
+  -- pending job; the post was queued on the closed pool (leaked, its
+  -- arguments pinned for good; found by an attack)
+  local p = task.workers{threads = 1, queue = 1000000}
+  local m = p:open("workers_job")
+  local a, b = string.rep("a", 20000), string.rep("b", 20000)
+  local armed, at, i, mt = false, nil, 0, {}
+  mt.__gc = function(o) if armed then at = at or i; p:close() else setmetatable(o, mt) end end
+  setmetatable({}, mt)
+  local N, accepted = 300000, {}
+  for k = 1, N do accepted[k] = false end
+  pcall(function()
+    for k = 1, N do
+      if k == 1000 then armed = true end
+      i = k
+      accepted[k] = m:post("nothing", a, b)
+    end
+  end)
+  H.eq(p:stats().closed, true, "the finalizer closed the pool")
+  H.eq(accepted[at], false, "the post the close ran inside was accepted")
+  local left = 0
+  for k, v in pairs(debug.getregistry()) do
+    if type(k) == "userdata" and type(v) == "table" then
+      for jk, jv in pairs(v) do
+        if type(jk) == "userdata" and (jv == a or jv == b or type(jv) == "table" and jv[1] == a) then left = left + 1 end
+      end
+    end
+  end
+  H.eq(left, 0, "pinned arguments left")
+end)
+
 H.case("calls of a task that a delivery resumed reach the workers, also sleeping ones", function()
   local p = task.workers{threads = 1, queue = 64}
   local m = p:open("workers_job")
