@@ -546,6 +546,10 @@ static void pin_string(lua_State *L, job *j, int idx) {
     lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
     break;
   }
+  /* again: a finalizer run by lua_createtable may have closed the pool,
+     whose pool_close unpinned j (the entry is back now; prepare_job sees
+     the close and unpins it for good) */
+  j->pinned = true;
   lua_settop(L, t - 1);
 }
 
@@ -936,6 +940,7 @@ static lua_State *make_state(worker *w, char **err) {
   w->mem = 0;
   w->oom = false;
   w->names_len = 0; /* the strings were the old state's */
+  w->pinned_bytes = 0; /* and so were the pins (settle_pins copied them out) */
   w->epoch = atomic_load_explicit(&share_epoch, memory_order_acquire);
   W = lua_newstate(worker_alloc, w);
   if (W == NULL) {
@@ -1146,6 +1151,17 @@ static void run_job(worker *w, job *j) {
   if (j->outcome == OUT_OK && j->promise != NULL && luna_promise_is_cancelled(j->promise))
     j->outcome = OUT_DROPPED;
   if (j->res_pinned && j->outcome != OUT_OK) { /* nobody will read them */
+    j->res_pinned = false;
+    unpin_seq(w, j->seq);
+  }
+  if (j->res_pinned && w->oom) {
+    /* the job succeeded although an allocation failed on the way (a pcall
+       caught it, or the emergency collection made room): its state is made
+       again below, and settle_pins would wait for this job's release, which
+       only comes once the job is in the done list. Its results are copied
+       now, while the state is open. */
+    if (!materialize(j))
+      j->outcome = OUT_DROPPED;
     j->res_pinned = false;
     unpin_seq(w, j->seq);
   }
@@ -2328,6 +2344,12 @@ static int prepare_job(lua_State *L, luna_workers *p, int kind, const char *mod,
     lua_insert(L, -2);
     return 2;
   }
+  if (p->closed) { /* a finalizer run by the pinning's allocations closed the pool */
+    unpend(p, j);
+    unpin_job(L, j);
+    job_free(j);
+    return closed_refusal(L);
+  }
   return hand_over(L, p, j, NULL, pool_idx);
 }
 
@@ -2632,6 +2654,7 @@ static int hand_over(lua_State *L, luna_workers *p, job *j, job_ud *ud, int pool
       luna_promise_release(pr);
       if (ud == NULL) {
         unpend(p, j);
+        unpin_job(L, j);
         job_free(j);
       } /* (else the handle frees it) */
       return closed_refusal(L);

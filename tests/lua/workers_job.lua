@@ -43,6 +43,11 @@ function M.big(n, c)
   local head, tail = c .. "0," .. c .. "1," .. c .. "2,", "#" .. n
   return head .. string.rep("0123456789", (n - #head - #tail) // 10 + 1):sub(1, n - #head - #tail) .. tail
 end
+-- Catches a failed allocation, then returns a large result (n bytes).
+function M.caught_oom_then_big(n)
+  local ok = pcall(string.rep, "x", 1 << 30)
+  return M.big(n, "o"), ok
+end
 function M.reverse(s) return s:reverse() end
 function M.alloc(n) return #string.rep("x", n) end
 function M.ends(s) return #s, s:sub(1, 8), s:sub(-8) end

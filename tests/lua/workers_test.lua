@@ -331,6 +331,22 @@ H.case("under a memory limit, undelivered large results do not add up to an out-
   small:close()
 end)
 
+H.case("a job that caught an out-of-memory and returns a large result is delivered, and its worker goes on", function()
+  -- the failed allocation has the state made again after the job; its own
+  -- pinned result was waited for there (for ever: it is released only once
+  -- delivered, and it is delivered only after the job; found by an attack)
+  local small = task.workers{threads = 1, memory = 1024 * 1024}
+  local m = small:open("workers_job")
+  local ok, same, len, caught, after = in_task(function()
+    local want = task.await(job:call("big", 20000, "o"))
+    local r, caught = task.await(m:call("caught_oom_then_big", 20000))
+    return r == want, #r, caught, task.await(m:call("add", 1, 2))
+  end)
+  H.eq({ok, same, len, caught, after}, {true, true, 20000, false, 3})
+  H.eq(small:stats().recreated, 1)
+  small:close()
+end)
+
 H.case("a finalizer that closes the pool in the middle of a delivery leaves the rest of it whole", function()
   -- 20 large results wait undelivered, so one delivery settles them all;
   -- a finalizer run by a settle's allocation closes the pool: the results
@@ -792,6 +808,39 @@ local function settle_slowly(fn)
     return fn()
   end)
 end
+
+H.case("a pool closed by a finalizer while a post pins its large arguments refuses that post", function()
+  -- two large arguments: the second one's pin list is the post's only Lua
+  -- allocation, so the finalizer runs in it, after pool_close unpinned the
+  -- pending job; the post was queued on the closed pool (leaked, its
+  -- arguments pinned for good; found by an attack)
+  local p = task.workers{threads = 1, queue = 1000000}
+  local m = p:open("workers_job")
+  local a, b = string.rep("a", 20000), string.rep("b", 20000)
+  local armed, at, i, mt = false, nil, 0, {}
+  mt.__gc = function(o) if armed then at = at or i; p:close() else setmetatable(o, mt) end end
+  setmetatable({}, mt)
+  local N, accepted = 300000, {}
+  for k = 1, N do accepted[k] = false end
+  pcall(function()
+    for k = 1, N do
+      if k == 1000 then armed = true end
+      i = k
+      accepted[k] = m:post("nothing", a, b)
+    end
+  end)
+  H.eq(p:stats().closed, true, "the finalizer closed the pool")
+  H.eq(accepted[at], false, "the post the close ran inside was accepted")
+  local left = 0
+  for k, v in pairs(debug.getregistry()) do
+    if type(k) == "userdata" and type(v) == "table" then
+      for jk, jv in pairs(v) do
+        if type(jk) == "userdata" and (jv == a or jv == b or type(jv) == "table" and jv[1] == a) then left = left + 1 end
+      end
+    end
+  end
+  H.eq(left, 0, "pinned arguments left")
+end)
 
 H.case("calls of a task that a delivery resumed reach the workers, also sleeping ones", function()
   local p = task.workers{threads = 1, queue = 64}
