@@ -1061,6 +1061,19 @@ static void set_error(job *j, const char *msg) {
   j->outcome = OUT_ERR;
 }
 
+/* A pinned result copied into its job (materialize) before the worker
+   state it points into is closed. When even that copy cannot be made the
+   job fails with an out-of-memory error for its awaiting task (with no
+   memory for the message either, it is dropped: the task gets the
+   cancellation error). Worker thread, or the loop thread at pool close. */
+static void copy_out(job *j) {
+  if (materialize(j))
+    return;
+  set_error(j, "not enough memory to copy the job's result out of its worker's state");
+  if (j->res == NULL)
+    j->outcome = OUT_DROPPED;
+}
+
 /* Before w's state is closed to be made again: no pinned result of it may
    be read after. Its jobs in the done list get their results copied
    (materialize); the ones the loop thread took are being delivered, and
@@ -1075,8 +1088,7 @@ static bool settle_pins(worker *w) {
   pthread_mutex_lock(&p->mu);
   for (d = p->dhead; d != NULL; d = d->next) {
     if (d->res_pinned && d->worker == w->index) {
-      if (!materialize(d))
-        d->outcome = OUT_DROPPED;
+      copy_out(d);
       d->res_pinned = false;
       w->pins_out--;
     }
@@ -1160,8 +1172,7 @@ static void run_job(worker *w, job *j) {
        again below, and settle_pins would wait for this job's release, which
        only comes once the job is in the done list. Its results are copied
        now, while the state is open. */
-    if (!materialize(j))
-      j->outcome = OUT_DROPPED;
+    copy_out(j);
     j->res_pinned = false;
     unpin_seq(w, j->seq);
   }
@@ -1821,8 +1832,7 @@ static void pool_close(luna_workers *p, bool complete) {
     d = j->next;
     unpin_in_pool(p, j);
     if (j->res_pinned) { /* the worker states close below */
-      if (!materialize(j))
-        j->outcome = OUT_DROPPED;
+      copy_out(j);
       j->res_pinned = false;
     }
     end_job(j, complete);
