@@ -207,9 +207,11 @@ static uint64_t write_value(lua_State *L, writer *w, int idx) {
   }
   case LUA_TTABLE:
     return write_table(L, w, idx);
-  default:
-    return (uint64_t)luaL_error(L, "%s: a %s value cannot be copied %s (at %s)", w->what,
-                                luaL_typename(L, idx), w->context, path_text(L, w));
+  default: /* a task is its thread: say so, a Task is what the user holds */
+    return (uint64_t)luaL_error(L, "%s: a %s value%s cannot be copied %s (at %s)", w->what,
+                                luaL_typename(L, idx),
+                                lua_type(L, idx) == LUA_TTHREAD ? " (a task or a coroutine)" : "",
+                                w->context, path_text(L, w));
   }
 }
 

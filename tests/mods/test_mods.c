@@ -820,13 +820,13 @@ static void bus_refuses_what_cannot_cross(void **state) {
   assert_int_equal(luna_mods_load_dir(f->set, f->dir), 0);
   assert_has(f->out, "[a] false\tmods.send: a function value cannot be copied between mods "
                      "(at value.f)");
-  assert_has(f->out, "[a] false\tmods.send: a thread value cannot be copied between mods "
+  assert_has(f->out, "[a] false\tmods.send: a thread value (a task or a coroutine) cannot be copied between mods "
                      "(at value.list[3].co)");
   assert_has(f->out, "[a] false\tmods.send: the value has a cycle (at value.self[1])");
   assert_has(f->out, "[a] false\tmods.send: a table key of type table cannot be copied");
   assert_has(f->out, "[a] false\tmods.send: the value is nested deeper than 100 levels");
   assert_has(f->out, "[a] false\tmods.send: the value is larger than the limit of 4096 bytes");
-  assert_has(f->out, "[a] false\tmods.send: a thread value cannot be copied between mods (at value)");
+  assert_has(f->out, "[a] false\tmods.send: a thread value (a task or a coroutine) cannot be copied between mods (at value)");
   assert_has(f->out, "[a] true\tnil");
   fx_free(f);
 }
