@@ -10,7 +10,7 @@ local job_for, submit, make_share = I.workers_job_for, I.workers_submit, I.worke
 local metatable = I.metatable
 local await = M.await
 local type, error, pairs, setmetatable, tostring = type, error, pairs, setmetatable, tostring
-local math_type, format, ceil = math.type, string.format, math.ceil
+local tointeger, format, ceil, next = math.tointeger, string.format, math.ceil, next
 local argerror, number_text = P.argerror, P.number_text
 
 local Methods = {}
@@ -31,10 +31,49 @@ local function check_module(m, fname, level)
   end
 end
 
-local function check_count(v, fname, n, what, min)
-  if v ~= nil and (math_type(v) ~= "integer" or v < min) then
-    argerror(fname, n, format("%s must be an integer >= %d, got %s", what, min, describe(v)), 3)
+-- v as an integer (a float of integral value, 1e6, is one), or nil when v
+-- is not a number of integral value.
+local function integer(v)
+  return type(v) == "number" and tointeger(v) or nil
+end
+
+-- An optional count: nil, or v as an integer >= min; raises at `level`
+-- (argerror's) naming `what` otherwise.
+local function check_count(v, fname, n, what, min, level)
+  if v == nil then return nil end
+  local i = integer(v)
+  if i == nil or i < min then
+    argerror(fname, n, format("%s must be an integer >= %d, got %s", what, min, describe(v)), level or 3)
   end
+  return i
+end
+
+-- task.workers{...}: the options checked where the user wrote them (the C
+-- primitive checks them again) and copied with integral floats as
+-- integers. The least value of each; threads at most MAX_THREADS
+-- (src/lua/workers.c).
+local known_pool = {threads = 1, queue = 0, memory = 0, instructions = 0}
+local MAX_THREADS = 256
+local function pool_options(opts)
+  if opts == nil then return nil end
+  if type(opts) ~= "table" then
+    argerror("task.workers", 1, "expected an options table, got " .. type(opts), 3)
+  end
+  local out = {}
+  for k, v in pairs(opts) do
+    local min = known_pool[k]
+    if min == nil then
+      argerror("task.workers", 1, "unknown option '" .. tostring(k) ..
+        "' (expected: threads, queue, memory, instructions)", 3)
+    end
+    local i = integer(v)
+    if i == nil or i < min or (k == "threads" and i > MAX_THREADS) then
+      error(format("task.workers: option '%s' must be %s, got %s", k,
+        k == "threads" and "an integer 1.." .. MAX_THREADS or "a non-negative integer", describe(v)), 3)
+    end
+    out[k] = i
+  end
+  return out
 end
 
 local known_open = {deliver_frame = true, instructions = true}
@@ -42,23 +81,22 @@ local known_open = {deliver_frame = true, instructions = true}
 -- pool:open(name [, opts]) -> Module; task.workers.open uses the default pool.
 local function open(pool, name, opts, fname)
   if type(name) ~= "string" then
-    argerror(fname, 1, "expected a module name (string), got " .. type(name), 3)
+    argerror(fname, 1, "expected a module name (string), got " .. type(name), 2)
   end
   if opts ~= nil then
     if type(opts) ~= "table" then
-      argerror(fname, 2, "expected an options table, got " .. type(opts), 3)
+      argerror(fname, 2, "expected an options table, got " .. type(opts), 2)
     end
     for k in pairs(opts) do
       if not known_open[k] then
-        argerror(fname, 2, "unknown option '" .. tostring(k) .. "'", 3)
+        argerror(fname, 2, "unknown option '" .. tostring(k) .. "'", 2)
       end
     end
-    check_count(opts.deliver_frame, fname, 2, "deliver_frame", 1)
-    check_count(opts.instructions, fname, 2, "instructions", 0)
   end
+  if pool:stats().closed then error("task.workers: the worker pool is closed", 2) end
   return setmetatable({pool = pool, name = name,
-    deliver_frame = opts and opts.deliver_frame,
-    instructions = opts and opts.instructions}, Module)
+    deliver_frame = opts and check_count(opts.deliver_frame, fname, 2, "deliver_frame", 1),
+    instructions = opts and check_count(opts.instructions, fname, 2, "instructions", 0)}, Module)
 end
 
 -- Awaits room while the queue is full and hands the job over again (a
@@ -116,12 +154,14 @@ end
 
 local known_map = {chunk = true}
 
---- ai:map(fn, items [, {chunk = n}]) -> results: fork-join over the list
--- `items`: module.fn(item, index) for each item, chunk items per job (64
--- by default), in parallel over the workers; returns the list of the first
--- results in order. Awaits (a task only); the first error cancels the
--- other chunks and is raised.
-function Methods.map(m, fn, items, opts)
+--- ai:map(fn, items [, {chunk = n} [, ...]]) -> results: fork-join over
+-- the list `items`: module.fn(item, index, ...) for each item, chunk items
+-- per job (64 by default), in parallel over the workers; the values after
+-- the options (a Share of what every item reads, say) are copied once per
+-- chunk. Returns the list of the first results in order. Awaits (a task
+-- only); the first error cancels the other chunks and is raised, naming
+-- the item it came from.
+function Methods.map(m, fn, items, opts, ...)
   check_module(m, "map")
   if type(fn) ~= "string" then
     argerror("map", 2, "expected a function name (string), got " .. type(fn))
@@ -135,14 +175,13 @@ function Methods.map(m, fn, items, opts)
     for k in pairs(opts) do
       if not known_map[k] then argerror("map", 4, "unknown option '" .. tostring(k) .. "'") end
     end
-    if opts.chunk ~= nil then
-      if math_type(opts.chunk) ~= "integer" or opts.chunk < 1 then
-        argerror("map", 4, "chunk must be an integer >= 1, got " .. describe(opts.chunk))
-      end
-      chunk = opts.chunk
-    end
+    chunk = check_count(opts.chunk, "map", 4, "chunk", 1, 2) or chunk
   end
   local n = #items
+  if n == 0 and next(items) ~= nil then
+    argerror("map", 3, "expected a list of items (keys 1..n), got a table without item 1")
+  end
+  I.check_await("ai:map", 2)
   local promises, nchunks = {}, ceil(n / chunk)
   local _ <close> = setmetatable({}, {__close = function()
     for i = 1, nchunks do
@@ -156,7 +195,7 @@ function Methods.map(m, fn, items, opts)
     for i = first, first + chunk - 1 > n and n or first + chunk - 1 do
       part[#part + 1] = items[i]
     end
-    promises[c] = hand_over(2, job_of(map, "map", fn, 2, m, part, first))
+    promises[c] = hand_over(2, job_of(map, "map", fn, 2, m, part, first, ...))
   end
   local out = {}
   for c = 1, nchunks do
@@ -186,7 +225,7 @@ end
 --- task.workers.pool() -> Pool | nil: the state's default pool.
 function W.pool() return default_pool() end
 
-setmetatable(W, {__call = function(_, opts) return new_pool(opts) end,
+setmetatable(W, {__call = function(_, opts) return new_pool(pool_options(opts)) end,
   __name = "lunaloop.workers", __metatable = false})
 
 -- Pool methods written here: pool:open(name [, opts]).

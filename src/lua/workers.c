@@ -168,6 +168,7 @@ typedef struct worker {
   size_t mem, limit;
   bool oom;             /* the allocator refused during this job */
   job *current;
+  lua_Integer map_item;  /* the item a map job's function runs on (0: none) */
   uint64_t used, budget;
   int step;             /* what the armed hook will charge when it fires */
   bool exceeded;
@@ -965,8 +966,12 @@ static int job_msgh(lua_State *W) {
   worker *w = worker_of(W);
   const char *msg = luaL_tolstring(W, 1, NULL);
   luaL_traceback(W, W, NULL, 1);
-  lua_pushfstring(W, "%s\n(worker %d, %s.%s) %s", msg, w->index, w->current->names,
-                  w->current->fn, lua_tostring(W, -1));
+  if (w->map_item > 0)
+    lua_pushfstring(W, "%s\n(worker %d, %s.%s, item %I) %s", msg, w->index, w->current->names,
+                    w->current->fn, w->map_item, lua_tostring(W, -1));
+  else
+    lua_pushfstring(W, "%s\n(worker %d, %s.%s) %s", msg, w->index, w->current->names,
+                    w->current->fn, lua_tostring(W, -1));
   return 1;
 }
 
@@ -1011,19 +1016,25 @@ static int run_protected(lua_State *W) {
   base = lua_gettop(W);
   n = decode_values(W, j->args, w);
   if (j->kind == JOB_MAP) {
-    /* args: (list, first index): fn(item, index) for each, first results */
+    /* args: (list, first index, extra...): fn(item, index, extra...) for
+       each, first results */
     lua_Integer i, len, first;
-    int list = base + 1;
+    int list = base + 1, k, nextra = n - 2;
     first = lua_tointeger(W, base + 2);
     len = (lua_Integer)lua_rawlen(W, list);
+    luaL_checkstack(W, nextra + 4, "too many arguments to map");
     lua_createtable(W, (int)len, 0);
     for (i = 1; i <= len; i++) {
       lua_pushvalue(W, base);
       lua_rawgeti(W, list, i);
       lua_pushinteger(W, first + i - 1);
-      lua_call(W, 2, 1);
+      for (k = 1; k <= nextra; k++)
+        lua_pushvalue(W, base + 2 + k);
+      w->map_item = first + i - 1;
+      lua_call(W, 2 + nextra, 1);
       lua_rawseti(W, -2, i);
     }
+    w->map_item = 0;
     lua_replace(W, base);
     lua_settop(W, base);
     base--;
@@ -1127,6 +1138,7 @@ static void run_job(worker *w, job *j) {
   }
   sweep_cache(w);
   w->current = j;
+  w->map_item = 0;
   w->used = 0;
   w->budget = j->instructions;
   w->exceeded = false;

@@ -10,6 +10,8 @@ function M.boom(msg) local function inner() error(msg) end inner() end
 function M.boom_table() error(setmetatable({}, {__tostring = function() return "a table error" end})) end
 function M.square(x, i) return {x = x * x, i = i} end
 function M.fail_at(x) if x == 7 then error("item 7 is bad") end return x end
+-- map's values after the options: a factor and a Share read by every item
+function M.scaled(x, i, k, sh) return x * k + i + sh.bias end
 function M.id() return task.worker.id end
 -- Spins until the job is given up, then says how it ended.
 function M.until_cancelled(limit)

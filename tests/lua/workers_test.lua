@@ -80,7 +80,7 @@ H.case("functions, threads and userdata are refused at the call, naming the path
   H.has(err, "workers_job:call: a function value cannot be copied between states (at argument 2.a[1])")
   H.has(err, "workers_test.lua:")
   ok, err = in_task(function() return job:call("echo", coroutine.create(print)) end)
-  H.has(err, "a thread value cannot be copied between states (at argument 1)")
+  H.has(err, "a thread value (a task or a coroutine) cannot be copied between states (at argument 1)")
   ok, err = in_task(function() return job:call("echo", io.stdout) end)
   H.has(err, "a userdata value cannot be copied between states (at argument 1)")
   local t = {} t.t = t
@@ -401,7 +401,58 @@ H.case("map: the first error is raised and cancels the other chunks", function()
   local ok, err = in_task(function() return job:map("fail_at", items, {chunk = 4}) end)
   H.eq(ok, false)
   H.has(err, "item 7 is bad")
+  H.has(err, "workers_job.fail_at, item 7)")
   settle(function() return pool:stats().running == 0 and pool:stats().queued == 0 end)
+end)
+
+H.case("map: the values after the options reach every item's call", function()
+  local sh = task.workers.share({bias = 1000})
+  local ok, r = in_task(function() return job:map("scaled", {1, 2, 3, 4, 5}, {chunk = 2}, 10, sh) end)
+  H.eq({ok, r}, {true, {1011, 1022, 1033, 1044, 1055}})
+  ok, r = in_task(function() return job:map("scaled", {7}, nil, 2, sh) end)
+  H.eq({ok, r}, {true, {1015}})
+end)
+
+H.case("map: not a list, or not in a task, raises at the caller's line", function()
+  local here = debug.getinfo(1, "S").short_src
+  local ok, err = in_task(function() local r = job:map("square", {a = 1}) return r end)
+  H.eq(ok, false)
+  H.has(err, "bad argument #2 to 'map' (expected a list of items (keys 1..n), got a table without item 1)")
+  local line = debug.getinfo(1, "l").currentline + 1
+  ok, err = pcall(function() local r = job:map("square", {1, 2}) return r end)
+  H.eq(ok, false)
+  H.eq(err:sub(1, #here + #tostring(line) + 2), here .. ":" .. line .. ":")
+  H.has(err, "ai:map")
+  H.eq(pool:stats().queued, 0, "nothing was queued")
+end)
+
+H.case("options: counts may be floats of integral value; errors point at the caller's line", function()
+  local here = debug.getinfo(1, "S").short_src
+  local p = task.workers{threads = 1.0, queue = 4.0, memory = 64e6}
+  H.eq(p:stats().queue, 4)
+  local m = p:open("workers_job", {instructions = 1e6, deliver_frame = 1.0})
+  H.eq({in_task(function() return task.await(m:call("spin", 100)) end)}, {true, 5050})
+  local line = debug.getinfo(1, "l").currentline + 1
+  local ok, err = pcall(function() local r = task.workers{thread = 2} return r end)
+  H.eq(ok, false)
+  H.eq(err, here .. ":" .. line .. ": bad argument #1 to 'task.workers' (unknown option 'thread' " ..
+    "(expected: threads, queue, memory, instructions))")
+  line = debug.getinfo(1, "l").currentline + 1
+  ok, err = pcall(function() local r = task.workers{queue = 1.5} return r end)
+  H.eq(err, here .. ":" .. line .. ": task.workers: option 'queue' must be a non-negative integer, got 1.5")
+  H.raises(function() task.workers{threads = 257} end, "option 'threads' must be an integer 1..256, got 257")
+  H.raises(function() task.workers{threads = "2"} end, "option 'threads' must be an integer 1..256, got string")
+  H.raises(function() p:open("x", {instructions = 2.5}) end, "instructions must be an integer >= 0, got 2.5")
+  line = debug.getinfo(1, "l").currentline + 1
+  ok, err = pcall(function() local r = p:open("x", {bogus = 1}) return r end)
+  H.eq(err, here .. ":" .. line .. ": bad argument #2 to 'open' (unknown option 'bogus')")
+  line = debug.getinfo(1, "l").currentline + 1
+  ok, err = pcall(function() local r = task.workers.open(1) return r end)
+  H.eq(err, here .. ":" .. line .. ": bad argument #1 to 'open' (expected a module name (string), got number)")
+  p:close()
+  line = debug.getinfo(1, "l").currentline + 1
+  ok, err = pcall(function() local r = p:open("workers_job") return r end)
+  H.eq(err, here .. ":" .. line .. ": task.workers: the worker pool is closed")
 end)
 
 H.case("share: a read-only snapshot, read by every worker", function()
