@@ -1560,9 +1560,24 @@ static void report_post_error(luna_workers *p, job *j) {
   if (!lua_checkstack(L, 4))
     return;
   snprintf(what, sizeof what, "worker post %s.%s", j->names, j->fn);
-  lua_pushstring(L, j->res);
-  luna__report(p->b, L, -1, 0, 0, what);
-  lua_pop(L, 1);
+  {
+    /* the message, and the worker's "(worker N, module.fn) stack
+       traceback: ..." that job_msgh put after it, as the handler's err and
+       traceback, as a failed task's are */
+    const char *tb = j->res != NULL ? strstr(j->res, "\n(worker ") : NULL, *next;
+    while (tb != NULL && (next = strstr(tb + 1, "\n(worker ")) != NULL)
+      tb = next; /* the last: the message itself may hold the words */
+    if (tb != NULL) {
+      lua_pushlstring(L, j->res, (size_t)(tb - j->res));
+      lua_pushstring(L, tb + 1);
+      luna__report(p->b, L, -2, -1, 0, what);
+      lua_pop(L, 2);
+    } else {
+      lua_pushstring(L, j->res != NULL ? j->res : "(no message)");
+      luna__report(p->b, L, -1, 0, 0, what);
+      lua_pop(L, 1);
+    }
+  }
 }
 
 /* The job's results are no values (the encoding's count is 0). */
