@@ -96,24 +96,29 @@ static void put_tag(lua_State *L, writer *w, int tag) {
    the stack index of the key being written in open[i]; 0 while that
    table's key itself is written). */
 static const char *path_text(lua_State *L, writer *w) {
-  size_t old = strlen(w->path);
+  /* Each key's text is made in seg; a path longer than w->path ends in
+     "..." after the last key that fits, not in the middle of one. */
+  char seg[64];
+  size_t at = strlen(w->path);
   int i;
   for (i = 0; i < w->depth && w->keys[i] != 0; i++) {
-    int key = w->keys[i];
-    size_t at = strlen(w->path), room = sizeof w->path - at;
-    if (room <= 1)
-      break;
+    int key = w->keys[i], n;
     if (lua_type(L, key) == LUA_TSTRING)
-      snprintf(w->path + at, room, at == 0 ? "%s" : ".%s", lua_tostring(L, key));
+      n = snprintf(seg, sizeof seg, at == 0 ? "%s" : ".%s", lua_tostring(L, key));
     else if (lua_type(L, key) == LUA_TNUMBER) {
       if (lua_isinteger(L, key))
-        snprintf(w->path + at, room, "[%lld]", (long long)lua_tointeger(L, key));
+        n = snprintf(seg, sizeof seg, "[%lld]", (long long)lua_tointeger(L, key));
       else
-        snprintf(w->path + at, room, "[%g]", (double)lua_tonumber(L, key));
+        n = snprintf(seg, sizeof seg, "[%g]", (double)lua_tonumber(L, key));
     } else
-      snprintf(w->path + at, room, "[%s]", lua_toboolean(L, key) ? "true" : "false");
+      n = snprintf(seg, sizeof seg, "[%s]", lua_toboolean(L, key) ? "true" : "false");
+    if (n < 0 || (size_t)n >= sizeof seg || at + (size_t)n + 4 > sizeof w->path) {
+      memcpy(w->path + at, "...", 4); /* at + 4 <= sizeof w->path: the loop's invariant */
+      break;
+    }
+    memcpy(w->path + at, seg, (size_t)n + 1);
+    at += (size_t)n;
   }
-  (void)old;
   return w->path[0] != '\0' ? w->path : "value";
 }
 

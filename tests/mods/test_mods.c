@@ -825,6 +825,9 @@ static void bus_refuses_what_cannot_cross(void **state) {
   assert_has(f->out, "[a] false\tmods.send: the value has a cycle (at value.self[1])");
   assert_has(f->out, "[a] false\tmods.send: a table key of type table cannot be copied");
   assert_has(f->out, "[a] false\tmods.send: the value is nested deeper than 100 levels");
+  /* the path ends after the last key that fits, and says it goes on */
+  assert_has(f->out, "levels (at value.x.x.x");
+  assert_has(f->out, ".x.x...)\n");
   assert_has(f->out, "[a] false\tmods.send: the value is larger than the limit of 4096 bytes");
   assert_has(f->out, "[a] false\tmods.send: a thread value (a task or a coroutine) cannot be copied between mods (at value)");
   assert_has(f->out, "[a] true\tnil");
