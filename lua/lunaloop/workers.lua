@@ -78,7 +78,9 @@ end
 
 local known_open = {deliver_frame = true, instructions = true}
 
--- pool:open(name [, opts]) -> Module; task.workers.open uses the default pool.
+-- pool:open(name [, opts]) -> Module; task.workers.open uses the default
+-- pool. Both tail-call it, so the user's line is 1 level up (argerror's
+-- level 2; check_count's default 3).
 local function open(pool, name, opts, fname)
   if type(name) ~= "string" then
     argerror(fname, 1, "expected a module name (string), got " .. type(name), 2)
@@ -175,7 +177,7 @@ function Methods.map(m, fn, items, opts, ...)
     for k in pairs(opts) do
       if not known_map[k] then argerror("map", 4, "unknown option '" .. tostring(k) .. "'") end
     end
-    chunk = check_count(opts.chunk, "map", 4, "chunk", 1, 2) or chunk
+    chunk = check_count(opts.chunk, "map", 4, "chunk", 1) or chunk
   end
   local n = #items
   if n == 0 and next(items) ~= nil then

@@ -433,6 +433,9 @@ H.case("map: not a list, or not in a task, raises at the caller's line", functio
   H.eq(err:sub(1, #here + #tostring(line) + 2), here .. ":" .. line .. ":")
   H.has(err, "ai:map")
   H.eq(pool:stats().queued, 0, "nothing was queued")
+  line = debug.getinfo(1, "l").currentline + 1
+  ok, err = pcall(function() local r = job:map("square", {1}, {chunk = 0}) return r end)
+  H.eq(err, here .. ":" .. line .. ": bad argument #3 to 'map' (chunk must be an integer >= 1, got 0)")
 end)
 
 H.case("options: counts may be floats of integral value; errors point at the caller's line", function()
