@@ -55,7 +55,8 @@ LUNA_API int luaopen_lunaloop_roblox(lua_State *L);
    removes everything it queued on the loop. Returns 0; LUNA_EINVAL for NULL
    arguments, or when the module cannot be opened in L (it needs the
    standard base, table, string and math libraries: luaL_openlibs first);
-   LUNA_ESTATE if the state already has a loop; LUNA_ENOMEM. On error L is
+   LUNA_ESTATE if the state already has a loop or is a worker state
+   (lunaloop_workers.h); LUNA_ENOMEM. On error L is
    left without a binding and the loop untouched. */
 LUNA_API int luna_lua_attach(lua_State *L, luna_loop *loop);
 

@@ -4,7 +4,9 @@
 ** the state's tasks and removes its callbacks when the state closes or
 ** the loop is reset or freed, and takes the state off the loop without
 ** running Lua code when that is all there is left to do (guard.h).
-** Includes binding.h, guard.h, promise.h and the public lunaloop_lua.h.
+** A worker state (workers.h) is refused: its main thread's extra space is
+** its worker's. Includes binding.h, guard.h, promise.h, workers.h and the
+** public lunaloop_lua.h.
 */
 #include <string.h>
 
@@ -12,6 +14,7 @@
 #include "guard.h"
 #include "lunaloop_lua.h"
 #include "promise.h"
+#include "workers.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -202,7 +205,7 @@ LUNA_API int luna_lua_attach(lua_State *L, luna_loop *loop) {
   int st, rc;
   if (L == NULL || loop == NULL)
     return LUNA_EINVAL;
-  if (luna__get_binding(L) != NULL)
+  if (luna__get_binding(L) != NULL || luna__is_worker_state(L))
     return LUNA_ESTATE;
   /* Protected, so that a state without the standard libraries the module
      uses, or out of memory, gets an error code instead of a Lua panic. */
@@ -279,6 +282,9 @@ void luna__guard_detach(lua_State *L) {
 
 LUNA_API int luaopen_lunaloop(lua_State *L) {
   luna__binding *b = luna__get_binding(L);
+  if (b == NULL && luna__is_worker_state(L))
+    return luaL_error(L, "lunaloop: cannot be opened in a worker state (a job's own API there "
+                         "is task.worker; docs/workers.md)");
   if (b == NULL) {
     luna_loop *loop;
     int rc = luna_loop_new(NULL, &loop);

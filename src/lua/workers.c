@@ -888,9 +888,25 @@ static void drop_cache(worker *w) {
   w->ncached = 0;
 }
 
+/* Registry field marking a worker state: its main thread's extra space
+   holds its worker (worker_of), so no binding may be made in it
+   (luna__is_worker_state, lifecycle.c). A name, not the address of a
+   static: a worker's require "lunaloop" may load another copy of the
+   library (lunaloop.so beside the lunaloop program), whose statics are
+   its own. */
+#define WORKER_STATE_FIELD "lunaloop.worker state"
+
+bool luna__is_worker_state(lua_State *L) {
+  bool is = lua_getfield(L, LUA_REGISTRYINDEX, WORKER_STATE_FIELD) != LUA_TNIL;
+  lua_pop(L, 1);
+  return is;
+}
+
 static int open_worker_state(lua_State *W) {
   worker *w = (worker *)lua_touserdata(W, 1);
   luna_workers *p = w->pool;
+  lua_pushboolean(W, 1);
+  lua_setfield(W, LUA_REGISTRYINDEX, WORKER_STATE_FIELD);
   luaL_openlibs(W);
   lua_getglobal(W, "package");
   if (p->path != NULL) {

@@ -2,7 +2,8 @@
 ** test_workers.c: worker Lua states through the public C API
 ** (lunaloop_workers.h): a pool made by a host with its own allocator and an
 ** init hook that installs a C function and a module in every worker
-** state; a refused init; shutdown with 1,000 pending jobs, both by closing
+** state; a refused init; a hook that tries to open lunaloop in a worker
+** state (refused); shutdown with 1,000 pending jobs, both by closing
 ** the pool and by closing the owner state without another frame; and a
 ** stress of many calls across the workers for ThreadSanitizer (ctest label
 ** "thread"); jobs arriving around a worker's poll for its next job, and
@@ -19,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -65,6 +67,27 @@ static int refusing_hook(lua_State *W, int worker, void *ud) {
     return 1;
   }
   return 0;
+}
+
+/* A hook that tries to make a worker state a lunaloop state, as a host
+   wanting task.* in its jobs might: both ways are refused (the worker
+   state's extra space is its worker's), and the worker works on. ud: the
+   host's loop. */
+static atomic_int attach_refused, open_refused;
+static int open_lunaloop_protected(lua_State *W) {
+  luaL_requiref(W, "lunaloop", luaopen_lunaloop, 0);
+  return 0;
+}
+static int opening_hook(lua_State *W, int worker, void *ud) {
+  (void)worker;
+  if (luna_lua_attach(W, (luna_loop *)ud) == LUNA_ESTATE)
+    atomic_fetch_add(&attach_refused, 1);
+  lua_pushcfunction(W, open_lunaloop_protected);
+  if (lua_pcall(W, 0, 0, 0) != LUA_OK &&
+      strstr(lua_tostring(W, -1), "lunaloop: cannot be opened in a worker state") != NULL)
+    atomic_fetch_add(&open_refused, 1);
+  lua_settop(W, 0);
+  return init_hook(W, worker, ud);
 }
 
 typedef struct fixture {
@@ -166,6 +189,29 @@ static void test_refused_init_fails_the_pool(void **state) {
   assert_int_equal(luna_workers_new(f->L, &cfg, &w), LUNA_EINVAL);
   lua_pop(f->L, 1);
   assert_int_equal(luna_workers_new(NULL, &cfg, &w), LUNA_EINVAL);
+  finish(f, false);
+}
+
+static void test_lunaloop_refused_in_a_worker_state(void **state) {
+  fixture *f = *state;
+  luna_workers_config cfg;
+  luna_workers *w = NULL;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.threads = 2;
+  cfg.alloc = counting_alloc_fn;
+  cfg.alloc_ud = &worker_mem;
+  cfg.init = opening_hook;
+  cfg.init_ud = f->loop;
+  atomic_store(&attach_refused, 0);
+  atomic_store(&open_refused, 0);
+  assert_int_equal(luna_workers_new(f->L, &cfg, &w), 0);
+  lua_setglobal(f->L, "pool");
+  assert_int_equal(atomic_load(&attach_refused), 2);
+  assert_int_equal(atomic_load(&open_refused), 2);
+  run(f->L, "local m = pool:open('hostmod')\n"
+            "task.spawn(function() r1 = task.await(m:call('twice', 21)) done = 1 end)\n");
+  frames_until_done(f);
+  assert_int_equal(global_int(f->L, "r1"), 42);
   finish(f, false);
 }
 
@@ -378,6 +424,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_host_allocator_and_init_hook, setup),
       cmocka_unit_test_setup(test_refused_init_fails_the_pool, setup),
+      cmocka_unit_test_setup(test_lunaloop_refused_in_a_worker_state, setup),
       cmocka_unit_test_setup(test_close_with_1000_pending, setup),
       cmocka_unit_test_setup(test_state_closes_with_1000_pending, setup),
       cmocka_unit_test_setup(test_loop_freed_first, setup),

@@ -152,7 +152,8 @@ do
   local dir = os.tmpname()
   os.remove(dir)
   local f = assert(io.open(dir .. "_job.lua", "w"))
-  f:write("return {add = function(a, b) return a + b, task.worker.id end}\n")
+  f:write("return {add = function(a, b) return a + b, task.worker.id end,\n",
+    "  open = function() return pcall(require, 'lunaloop') end}\n")
   f:close()
   local name = dir:match("([^/]+)$") .. "_job"
   package.path = dir:match("^(.*/)") .. "?.lua;" .. package.path
@@ -162,6 +163,18 @@ do
   task.spawn(function() got = {task.await(m:call("add", 40, 2))} end)
   for _ = 1, 1000000 do if got then break end task.step() end
   check(got and got[1] == 42 and (got[2] == 1 or got[2] == 2), "a worker job in stock Lua")
+  -- the worker's package.cpath finds lunaloop.so too: opening it there is
+  -- refused (the worker state's extra space is its worker's), and the
+  -- worker goes on
+  got = nil
+  task.spawn(function() got = {task.await(m:call("open"))} end)
+  for _ = 1, 1000000 do if got then break end task.step() end
+  check(got and got[1] == false and tostring(got[2]):find("cannot be opened in a worker state", 1, true),
+    "require 'lunaloop' in a worker is refused: " .. tostring(got and got[2]))
+  got = nil
+  task.spawn(function() got = {task.await(m:call("add", 1, 2))} end)
+  for _ = 1, 1000000 do if got then break end task.step() end
+  check(got and got[1] == 3, "the worker goes on after the refusal")
   pool:close()
   task.step()
   os.remove(dir .. "_job.lua")
