@@ -125,16 +125,22 @@ static void finish(fixture *f, bool frame_before_close) {
   assert_int_equal(luna__promise_live_count(), 0);
 }
 
-static luna_workers *new_pool(fixture *f, int threads, size_t queue, luna_workers_init_fn init) {
+/* A pool's config: the counting allocator of the worker states. */
+static luna_workers_config pool_config(int threads, size_t queue, luna_workers_init_fn init) {
   luna_workers_config cfg;
-  luna_workers *w = NULL;
-  int rc;
   memset(&cfg, 0, sizeof cfg);
   cfg.threads = threads;
   cfg.queue = queue;
   cfg.alloc = counting_alloc_fn;
   cfg.alloc_ud = &worker_mem;
   cfg.init = init;
+  return cfg;
+}
+
+static luna_workers *new_pool(fixture *f, int threads, size_t queue, luna_workers_init_fn init) {
+  luna_workers_config cfg = pool_config(threads, queue, init);
+  luna_workers *w = NULL;
+  int rc;
   rc = luna_workers_new(f->L, &cfg, &w);
   if (rc != 0)
     fail_msg("luna_workers_new: %s: %s", luna_strerror(rc), lua_tostring(f->L, -1));
@@ -174,13 +180,8 @@ static void test_host_allocator_and_init_hook(void **state) {
 
 static void test_refused_init_fails_the_pool(void **state) {
   fixture *f = *state;
-  luna_workers_config cfg;
+  luna_workers_config cfg = pool_config(3, 0, refusing_hook);
   luna_workers *w = NULL;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.threads = 3;
-  cfg.alloc = counting_alloc_fn;
-  cfg.alloc_ud = &worker_mem;
-  cfg.init = refusing_hook;
   assert_int_equal(luna_workers_new(f->L, &cfg, &w), LUNA_ESTATE);
   assert_null(w);
   assert_string_equal(lua_tostring(f->L, -1), "worker 2 could not start: no GPU for worker 2");
@@ -194,13 +195,8 @@ static void test_refused_init_fails_the_pool(void **state) {
 
 static void test_lunaloop_refused_in_a_worker_state(void **state) {
   fixture *f = *state;
-  luna_workers_config cfg;
+  luna_workers_config cfg = pool_config(2, 0, opening_hook);
   luna_workers *w = NULL;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.threads = 2;
-  cfg.alloc = counting_alloc_fn;
-  cfg.alloc_ud = &worker_mem;
-  cfg.init = opening_hook;
   cfg.init_ud = f->loop;
   atomic_store(&attach_refused, 0);
   atomic_store(&open_refused, 0);
@@ -396,16 +392,11 @@ static void test_jobs_around_the_spin(void **state) {
 static void test_owned_loop_closes_after_pool_close(void **state) {
   fixture *f = *state;
   lua_State *L = lua_newstate(counting_alloc_fn, &lua_mem);
-  luna_workers_config cfg;
+  luna_workers_config cfg = pool_config(1, 0, init_hook);
   luna_workers *w = NULL;
   luaL_openlibs(L);
   luaL_requiref(L, "lunaloop", luaopen_lunaloop, 1);
   lua_setglobal(L, "task");
-  memset(&cfg, 0, sizeof cfg);
-  cfg.threads = 1;
-  cfg.alloc = counting_alloc_fn;
-  cfg.alloc_ud = &worker_mem;
-  cfg.init = init_hook;
   assert_int_equal(luna_workers_new(L, &cfg, &w), 0);
   lua_setglobal(L, "pool");
   run(L, "local m = pool:open('hostmod')\n"
