@@ -177,9 +177,10 @@ void luna__guard_push_weak_set(lua_State *L, const void *key);
    not a function) and returns it. May raise. */
 lua_State *luna__guard_push_coroutine(lua_State *L);
 
-/* True when co is a task's coroutine suspended in an await. For any
-   thread; reads co's frame. */
-bool luna__guard_in_await(lua_State *co);
+/* True when co is a task's coroutine, whatever the task's state (not
+   started, waiting, running, settled); false for a plain coroutine. For
+   any thread of an attached state; reads co's extra space. */
+bool luna__guard_is_task(lua_State *co);
 
 /* A setter of a handler kept at registry[key]: argument 1 is a function
    or nil (none counts as nil), stored there; returns 1 with the previous

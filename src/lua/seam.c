@@ -131,6 +131,6 @@ lua_State *luna__guard_push_coroutine(lua_State *L) {
   return luna__push_coroutine(L);
 }
 
-bool luna__guard_in_await(lua_State *co) {
-  return luna__in_await(co);
+bool luna__guard_is_task(lua_State *co) {
+  return luna__extra(co) != 0;
 }

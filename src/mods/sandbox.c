@@ -442,15 +442,18 @@ static int l_co_create(lua_State *L) {
   return 1;
 }
 
-/* The mod's own coroutines pass, and its tasks' when suspended in an await
-   (the binding's guarded functions refuse to resume those and close them
-   by cancelling the task) or running (stock Lua's errors). */
+/* The mod's own coroutines pass, and its tasks' in any state, as in a
+   host's state: the binding's guarded functions refuse to resume one that
+   is waiting or not started and close it by cancelling the task; a
+   running, resuming or settled one gets stock Lua's answers (a settled
+   task's coroutine is dead: closing it returns true). Others (the mod's
+   main thread, say) are refused. */
 static lua_State *check_own_thread(lua_State *L, const char *fname) {
   lua_State *co = lua_tothread(L, 1);
   luaL_argexpected(L, co != NULL, 1, "coroutine");
   lua_rawgetp(L, LUA_REGISTRYINDEX, &own_threads_key);
   lua_pushvalue(L, 1);
-  if (lua_rawget(L, -2) == LUA_TNIL && co != L && !luna__guard_in_await(co))
+  if (lua_rawget(L, -2) == LUA_TNIL && co != L && !luna__guard_is_task(co))
     luaL_error(L, "%s: only coroutines made by coroutine.create or coroutine.wrap, "
                   "or a task's", fname);
   lua_pop(L, 2);

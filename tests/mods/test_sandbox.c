@@ -510,6 +510,17 @@ static void coroutine_resume_refuses_task_coroutines(void **state) {
             "assert(task.is_cancelled(seen))\n"
             "ok, err = coroutine.resume(coroutine.running())\n"
             "assert(not ok and err == 'cannot resume non-suspended coroutine', err)\n"
+            /* a settled task's coroutine is dead, as outside mods; one not
+               started is the scheduler's */
+            "local s = task.spawn(function() return 1 end)\n"
+            "assert(coroutine.status(s) == 'dead' and coroutine.close(s) == true and s:status() == 'done')\n"
+            "ok, err = coroutine.resume(s)\n"
+            "assert(not ok and err == 'cannot resume dead coroutine', err)\n"
+            "local d = task.defer(function() end)\n"
+            "ok, err = pcall(coroutine.resume, d)\n"
+            "assert(not ok and err:find(\"cannot resume a task's coroutine\"), err)\n"
+            "assert(coroutine.close(d) == true and d:status() == 'cancelled')\n"
+
             "local gen = coroutine.wrap(function() for i = 1, 3 do coroutine.yield(i) end end)\n"
             "assert(gen() == 1 and gen() == 2 and gen() == 3)\n"
             "local c = coroutine.create(function(a) local b = coroutine.yield(a + 1); return b * 2 end)\n"
@@ -518,6 +529,23 @@ static void coroutine_resume_refuses_task_coroutines(void **state) {
             "local w = coroutine.wrap(function() error('inner') end)\n"
             "local ok2, e2 = pcall(w); assert(not ok2 and e2:find('inner'))\n"
             "print('ok')", NULL);
+}
+
+/* A thread that is neither the mod's own coroutine nor a task's, such
+   as the one a callback runs on, stays out of coroutine.resume/close. */
+static void coroutine_resume_refuses_other_threads(void **state) {
+  (void)state;
+  expect_ok("local th\n"
+            "local h = task.on('Update', function() th = th or coroutine.running() end)\n"
+            "task.spawn(function()\n"
+            "  task.wait_until(function() return th ~= nil end)\n"
+            "  h:remove()\n"
+            "  for _, f in ipairs{coroutine.resume, coroutine.close} do\n"
+            "    local ok, err = pcall(f, th)\n"
+            "    assert(not ok and err:find('only coroutines made by coroutine.create', 1, true), err)\n"
+            "  end\n"
+            "  print('ok')\n"
+            "end)\n", NULL);
 }
 
 /* The loop and its budgets belong to the host, and so do worker states
@@ -602,6 +630,7 @@ int main(void) {
       cmocka_unit_test(calls_that_could_loop_for_ever_are_bounded),
       cmocka_unit_test(pathological_pattern_ends_with_an_error),
       cmocka_unit_test(coroutine_resume_refuses_task_coroutines),
+      cmocka_unit_test(coroutine_resume_refuses_other_threads),
       cmocka_unit_test(task_module_has_no_loop_control),
       cmocka_unit_test(globals_are_per_mod),
       cmocka_unit_test(print_is_prefixed_with_the_mod_name),
