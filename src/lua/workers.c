@@ -981,13 +981,12 @@ static lua_State *make_state(worker *w, char **err) {
 static int job_msgh(lua_State *W) {
   worker *w = worker_of(W);
   const char *msg = luaL_tolstring(W, 1, NULL);
+  const char *tb, *item;
   luaL_traceback(W, W, NULL, 1);
-  if (w->map_item > 0)
-    lua_pushfstring(W, "%s\n(worker %d, %s.%s, item %I) %s", msg, w->index, w->current->names,
-                    w->current->fn, w->map_item, lua_tostring(W, -1));
-  else
-    lua_pushfstring(W, "%s\n(worker %d, %s.%s) %s", msg, w->index, w->current->names,
-                    w->current->fn, lua_tostring(W, -1));
+  tb = lua_tostring(W, -1);
+  item = w->map_item > 0 ? lua_pushfstring(W, ", item %I", w->map_item) : "";
+  lua_pushfstring(W, "%s\n(worker %d, %s.%s%s) %s", msg, w->index, w->current->names,
+                  w->current->fn, item, tb);
   return 1;
 }
 
